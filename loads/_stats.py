@@ -1,0 +1,108 @@
+"""The one stats format every raychaos load speaks (see loads/README.md).
+
+Each load prints one line per second to stdout::
+
+    RAYCHAOS_STATS {"load": "task_storm", "ts": 1764460800.0, "count": 712, "failures": 0,
+                    "p50_ms": 1.9, "p95_ms": 4.1, "p99_ms": 8.0, "max_ms": 12.5}
+
+``ts`` is the wall-clock end of the one-second interval; ``count`` and ``failures`` are what
+completed in it; latencies are over that second's completions. Extra keys are allowed (a load may
+add e.g. ``bytes`` or ``checksum_errors``). The harness reads these lines from the job's logs, so
+the format must stay one JSON object per line, behind the ``RAYCHAOS_STATS `` prefix.
+
+This module has no dependencies beyond the standard library, so it can be shipped in a job's
+working_dir and imported by a load script next to Ray (or next to Locust).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+import time
+
+PREFIX = "RAYCHAOS_STATS "
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile of an already sorted list (q in 0..100); None when empty."""
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+class SecondStats:
+    """Collects completions and failures and emits one stats line per wall-clock second."""
+
+    def __init__(self, load: str, out=None, extra: dict | None = None):
+        self.load = load
+        self.out = out or sys.stdout
+        self.extra = dict(extra or {})
+        self._lock = threading.Lock()
+        self._lat: list[float] = []
+        self._failures = 0
+        self._fields: dict[str, float] = {}
+        self._second = math.floor(time.time())
+
+    def ok(self, latency_s: float) -> None:
+        self._roll()
+        with self._lock:
+            self._lat.append(latency_s * 1000.0)
+
+    def fail(self) -> None:
+        self._roll()
+        with self._lock:
+            self._failures += 1
+
+    def add(self, field: str, value: float) -> None:
+        """Add to a load-specific counter reported in this second's line."""
+        self._roll()
+        with self._lock:
+            self._fields[field] = self._fields.get(field, 0) + value
+
+    def tick(self) -> None:
+        """Flush finished seconds even when nothing completes (a stall shows as zeros)."""
+        self._roll()
+
+    def _roll(self) -> None:
+        now_s = math.floor(time.time())
+        with self._lock:
+            while now_s > self._second:
+                self._emit(self._second + 1)
+                self._second += 1
+                if now_s - self._second > 60:  # a long stall: emit one zero line, skip the rest
+                    self._second = now_s
+
+    def _emit(self, ts: float) -> None:
+        lat = sorted(self._lat)
+        line = {
+            "load": self.load,
+            "ts": ts,
+            "count": len(lat),
+            "failures": self._failures,
+            "p50_ms": percentile(lat, 50),
+            "p95_ms": percentile(lat, 95),
+            "p99_ms": percentile(lat, 99),
+            "max_ms": lat[-1] if lat else None,
+            **self.extra,
+            **self._fields,
+        }
+        self._lat = []
+        self._failures = 0
+        self._fields = {}
+        self.out.write(PREFIX + json.dumps(line) + "\n")
+        self.out.flush()
+
+
+def parse_line(line: str) -> dict | None:
+    """The stats dict in one log line, or None when the line is not a stats line."""
+    idx = line.find(PREFIX)
+    if idx < 0:
+        return None
+    try:
+        value = json.loads(line[idx + len(PREFIX):])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,69 @@
+"""The one exception tree raychaos raises.
+
+Everything the harness raises on purpose derives from :class:`RaychaosError`, so the CLI can turn
+any of them into one clear sentence and exit code 2 without a traceback::
+
+    RaychaosError
+    ├── ConfigError            bad input: file, key path and value named; nothing was started
+    ├── TargetError            the cluster under test
+    │   ├── TargetUnavailable  cannot reach / start it
+    │   ├── NothingMatched     a selector matched no node, pod or job
+    │   └── TargetBusy         another run holds the target's lock
+    ├── FaultFailed            a fault did not land (no proof it happened)
+    ├── RollbackFailed         an undo did not complete: something may still be applied
+    ├── ProbeFailed            a probe could not produce evidence at all
+    └── Interrupted            SIGINT/SIGTERM during a run
+
+Third-party errors (``ApiException``, Ray errors, ``OSError`` from ``ip``/``tc``) are translated
+where they happen and re-raised ``from exc`` so the original stays on ``__cause__``.
+"""
+
+from __future__ import annotations
+
+
+class RaychaosError(Exception):
+    """Base of every error raychaos raises on purpose."""
+
+
+class ConfigError(RaychaosError):
+    """One or more problems in an input file; each problem is one sentence."""
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class TargetError(RaychaosError):
+    """Something is wrong with the cluster under test."""
+
+
+class TargetUnavailable(TargetError):
+    """The target cannot be reached or started."""
+
+
+class NothingMatched(TargetError):
+    """A selector matched nothing, so a fault would be a silent no-op."""
+
+
+class TargetBusy(TargetError):
+    """Another run holds the target."""
+
+
+class FaultFailed(RaychaosError):
+    """A fault did not land, or there is no proof that it did."""
+
+
+class RollbackFailed(RaychaosError):
+    """Undoing a fault failed; what is still applied is named in the message."""
+
+
+class ProbeFailed(RaychaosError):
+    """A probe could not produce evidence."""
+
+
+class Interrupted(RaychaosError):
+    """The run was interrupted by a signal."""
+
+    def __init__(self, signame: str):
+        self.signame = signame
+        super().__init__(f"interrupted by {signame}")
