@@ -1,0 +1,394 @@
+"""The embedded local target: a real multi-node Ray cluster of processes on this machine.
+
+``up`` plans a head and N workers (some with logical GPUs and a ``raychaos.io/node-group: gpu``
+label), starts the supervisor (:mod:`local_supervisor`) that runs them, and waits until every
+node is ALIVE in the GCS. As root on Linux each node is a "pod" with its own network, PID and
+mount namespace (:mod:`local_net`, :mod:`local_nodes`); elsewhere it falls back to host mode on
+127.0.0.1, where probes that depend on the difference say "not applicable in host mode".
+
+GCS fault tolerance is on by default, on Ray's embedded ``rocksdb`` store (or a Redis given by
+address). Workers get a long ``RAY_gcs_rpc_server_reconnect_timeout_s`` as KubeRay sets on its
+workers. ``down`` ends every process the target started — by recorded PID and by an environment
+marker sweep — and removes its namespaces, links and folders. It never calls ``ray stop``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from raychaos.config import LocalClusterSpec
+from raychaos.errors import FaultFailed, RollbackFailed, TargetUnavailable
+from raychaos.results import write_json_atomic
+from raychaos.targets.base import NodeInfo
+from raychaos.targets.local_jobs import JobsMixin
+from raychaos.targets.local_net import PodNetwork, netns_supported
+from raychaos.targets.local_nodes import NodePlan, find_child, find_marked, kill_tree, wait_gone
+
+__all__ = ["LocalTarget", "default_state_root"]
+
+DRIVER_RESOURCE = "raychaos_driver"
+GPU_LABEL = "raychaos.io/node-group"
+STATES = {0: "ALIVE", 1: "DEAD"}
+
+
+def default_state_root() -> Path:
+    return Path(os.environ.get("RAYCHAOS_STATE_ROOT", "/tmp/raychaos"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalTarget(JobsMixin):
+    kind = "local"
+
+    def __init__(self, spec: LocalClusterSpec, state_root: str | Path | None = None,
+                 progress: Callable[[str], None] | None = None):
+        self.spec = spec
+        root = Path(state_root or spec.state_dir or default_state_root())
+        self.state_dir = root / spec.name
+        self.net = PodNetwork(spec.name, spec.subnet_prefix)
+        self.progress = progress or (lambda _msg: None)
+        self._gcs_client: Any = None
+        self._gcs_client_at = 0.0
+        JobsMixin.__init__(self)
+
+    # --- planning --------------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        cluster = self._cluster()
+        if cluster:
+            return cluster["mode"]
+        if self.spec.network == "host":
+            return "host"
+        reason = netns_supported()
+        if reason and self.spec.network == "netns":
+            raise TargetUnavailable(f"local target: network 'netns' is not possible here: {reason}")
+        return "host" if reason else "netns"
+
+    def _plan(self, mode: str) -> list[NodePlan]:
+        mb = 1024 * 1024
+        plans = []
+        for index in range(self.spec.workers + 1):
+            head = index == 0
+            name = "head" if head else f"worker-{index}"
+            gpu = not head and index <= self.spec.gpu_workers
+            env = {}
+            if head and self.spec.gcs_storage == "rocksdb":
+                env = {"RAY_gcs_storage": "rocksdb",
+                       "RAY_gcs_storage_path": str(self.state_dir / "gcs")}
+            elif head and self.spec.gcs_storage == "redis":
+                env = {"RAY_REDIS_ADDRESS": self.spec.redis_address or "",
+                       "RAY_external_storage_namespace": self.spec.name}
+            if not head:
+                env["RAY_gcs_rpc_server_reconnect_timeout_s"] = str(
+                    int(self.spec.worker_reconnect_timeout_s))
+            if mode == "netns":
+                ip, netns = self.net.address(index), self.net.netns(name)
+                mount = f"/tmp/rc-{self.net.tag}"
+                ports = {"gcs": 6379, "dashboard": 8265}
+            else:
+                ip, netns = "127.0.0.1", None
+                mount = f"/tmp/rc-{self.net.tag}-{index}"
+                base = 20000 + (int(self.net.tag, 16) % 200) * 100 + index * 10
+                ports = {"agent": base, "metrics": base + 1, "runtime_env": base + 2,
+                         "agent_grpc": base + 3, "client": base + 4,
+                         "min_worker": 30000 + index * 1000,
+                         "max_worker": 30000 + index * 1000 + 999}
+                if head:
+                    ports.update(gcs=_free_port(), dashboard=_free_port())
+            plans.append(NodePlan(
+                name=name, index=index, role="head" if head else "worker", ip=ip, netns=netns,
+                node_dir=str(self.state_dir / "nodes" / name), mount_point=mount,
+                cpus=self.spec.head_cpus if head else self.spec.cpus_per_worker,
+                gpus=self.spec.gpus_per_gpu_worker if gpu else 0.0,
+                memory_bytes=self.spec.memory_mb * mb,
+                object_store_bytes=self.spec.object_store_mb * mb,
+                labels={} if head else {GPU_LABEL: "gpu" if gpu else "cpu"},
+                resources={} if head else {DRIVER_RESOURCE: float(self.spec.driver_slots)},
+                ports=ports, env=env))
+        return plans
+
+    # --- state files -----------------------------------------------------------------------
+    def _cluster(self) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.state_dir / "cluster.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _write_cluster(self, cluster: dict[str, Any]) -> None:
+        write_json_atomic(self.state_dir / "cluster.json", cluster)
+
+    def status_file(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.state_dir / "status.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return {"supervisor_pid": None, "nodes": {}, "events": []}
+
+    def supervisor_alive(self) -> bool:
+        pid = (self._cluster() or {}).get("supervisor_pid")
+        if not pid:
+            return False
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        return not cmdline.exists() or b"local_supervisor" in cmdline.read_bytes()
+
+    @property
+    def gcs_address(self) -> str:
+        cluster = self._cluster()
+        if not cluster:
+            raise TargetUnavailable(f"local cluster '{self.spec.name}' is not up "
+                                    "(start it with `raychaos local up`)")
+        return cluster["gcs_address"]
+
+    def dashboard_url(self) -> str:
+        cluster = self._cluster()
+        if not cluster:
+            raise TargetUnavailable(f"local cluster '{self.spec.name}' is not up")
+        return cluster["dashboard_url"]
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def is_up(self) -> bool:
+        return self._cluster() is not None and self.supervisor_alive()
+
+    def up(self, timeout: float = 240.0) -> dict[str, Any]:
+        """Start the cluster (idempotent) and wait until every node is ALIVE."""
+        if self.is_up():
+            self.progress(f"local cluster '{self.spec.name}' is already up")
+            return self.status()
+        if self._cluster() is not None:
+            self.down()  # a stale cluster from a crash: clear it first
+        mode = self.mode
+        plans = self._plan(mode)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "nodes").mkdir(exist_ok=True)
+        head = plans[0]
+        cluster = {
+            "name": self.spec.name, "mode": mode, "spec": _spec_dict(self.spec),
+            "gcs_address": f"{head.ip}:{head.ports['gcs']}",
+            "dashboard_url": f"http://{head.ip}:{head.ports['dashboard']}",
+            "head_restart_delay_s": self.spec.head_restart_delay_s,
+            "gcs_storage": self.spec.gcs_storage, "created_at": time.time(),
+            "nodes": [{"plan": p.to_dict(), "desired": True, "replace_delay_s": 2.0}
+                      for p in plans],
+        }
+        try:
+            if mode == "netns":
+                for plan in plans:
+                    self.net.ensure_node(plan.name, plan.index)
+            self._write_cluster(cluster)
+            self.progress(f"starting local cluster '{self.spec.name}' ({mode} mode): "
+                          f"head + {self.spec.workers} workers, "
+                          f"{self.spec.gpu_workers} with GPUs")
+            log = open(self.state_dir / "supervisor.log", "ab")  # noqa: SIM115
+            sup = subprocess.Popen([sys.executable, "-m", "raychaos.targets.local_supervisor",
+                              str(self.state_dir)], stdout=log, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, start_new_session=True,
+                             env={**os.environ, "PYTHONPATH": _src_path()})
+            log.close()
+            cluster["supervisor_pid"] = sup.pid
+            self._write_cluster(cluster)
+            self._wait_all_alive(timeout)
+        except BaseException:
+            self.down()
+            raise
+        return self.status()
+
+    def _wait_all_alive(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        want = self.spec.workers + 1
+        shown = -1
+        while time.monotonic() < deadline:
+            if not self.supervisor_alive():
+                raise TargetUnavailable(f"local cluster '{self.spec.name}': the supervisor "
+                                        f"exited; see {self.state_dir / 'supervisor.log'}")
+            alive = [n for n in self.nodes(timeout=1.0) if n.state == "ALIVE"] \
+                if self.gcs_alive(0.5) else []
+            if len(alive) != shown:
+                shown = len(alive)
+                self.progress(f"  {shown}/{want} nodes alive")
+            if len(alive) >= want:
+                return
+            time.sleep(0.5)
+        raise TargetUnavailable(f"local cluster '{self.spec.name}' did not come up within "
+                                f"{timeout:.0f}s; node logs are in {self.state_dir / 'nodes'}")
+
+    def down(self) -> dict[str, Any]:
+        """End every process this cluster started and remove its namespaces and folders."""
+        status = self.status_file()
+        killed: list[int] = []
+        sup = (self._cluster() or {}).get("supervisor_pid")
+        if sup and self.supervisor_alive():
+            os.kill(sup, signal.SIGTERM)
+            if wait_gone([sup], timeout=30):
+                killed += kill_tree(sup)
+        for entry in status.get("nodes", {}).values():
+            if entry.get("pid"):
+                killed += kill_tree(entry["pid"])
+        for proc in find_marked(self.spec.name):
+            killed += kill_tree(proc.pid)
+        left = wait_gone(killed, timeout=10)
+        self.net.destroy()
+        for plan in self._plan_from_file():
+            shutil.rmtree(plan.mount_point, ignore_errors=True)
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+        self._gcs_client = None
+        return {"killed": sorted(set(killed)), "left": left}
+
+    def _plan_from_file(self) -> list[NodePlan]:
+        cluster = self._cluster()
+        return [NodePlan(**n["plan"]) for n in cluster["nodes"]] if cluster else []
+
+    def leftovers(self) -> dict[str, list[Any]]:
+        """What of this cluster still exists on the machine (empty lists after ``down``)."""
+        return {"processes": [p.pid for p in find_marked(self.spec.name)],
+                "namespaces": self.net.namespaces(), "links": self.net.links(),
+                "state_dir": [str(self.state_dir)] if self.state_dir.exists() else []}
+
+    def status(self) -> dict[str, Any]:
+        cluster = self._cluster()
+        if not cluster:
+            return {"name": self.spec.name, "up": False}
+        nodes = self.nodes(timeout=1.0) if self.gcs_alive(0.5) else []
+        return {"name": self.spec.name, "up": self.supervisor_alive(), "mode": cluster["mode"],
+                "gcs_address": cluster["gcs_address"], "dashboard_url": cluster["dashboard_url"],
+                "gcs_storage": cluster["gcs_storage"],
+                "processes": {n: e for n, e in self.status_file().get("nodes", {}).items()},
+                "nodes": [n.to_dict() for n in nodes]}
+
+    # --- Target protocol -------------------------------------------------------------------
+    def connect(self) -> None:
+        if not self.is_up():
+            raise TargetUnavailable(f"local cluster '{self.spec.name}' is not up "
+                                    "(start it with `raychaos local up`)")
+        if not self.gcs_alive(2.0):
+            raise TargetUnavailable(f"local cluster '{self.spec.name}': the GCS at "
+                                    f"{self.gcs_address} does not answer")
+
+    def close(self) -> None:
+        self._gcs_client = None
+
+    def describe(self) -> dict[str, Any]:
+        cluster = self._cluster() or {}
+        return {"kind": "local", "name": self.spec.name, "mode": cluster.get("mode"),
+                "gcs_address": cluster.get("gcs_address"),
+                "dashboard_url": cluster.get("dashboard_url"),
+                "gcs_fault_tolerance": self.spec.gcs_storage != "none",
+                "gcs_storage": self.spec.gcs_storage, "workers": self.spec.workers,
+                "gpu_workers": self.spec.gpu_workers, "state_dir": str(self.state_dir)}
+
+    def _client(self) -> Any:
+        from ray._raylet import GcsClient
+
+        if self._gcs_client is None:
+            self._gcs_client = GcsClient(address=self.gcs_address)
+        return self._gcs_client
+
+    def gcs_alive(self, timeout: float = 0.5) -> bool:
+        try:
+            self._client().get_all_node_info(timeout=timeout)
+            return True
+        except Exception:
+            return False
+
+    def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:
+        infos = self._client().get_all_node_info(timeout=timeout)
+        names = {p.ip: p.name for p in self._plan_from_file()}
+        draining: dict[Any, Any] = {}
+        try:
+            draining = self._client().get_draining_nodes(timeout=timeout) or {}
+        except Exception:
+            pass
+        out = []
+        for node_id, info in infos.items():
+            state = STATES.get(int(info.state), str(info.state))
+            if state == "ALIVE" and node_id in draining:
+                state = "DRAINING"
+            resources = dict(info.resources_total)
+            out.append(NodeInfo(
+                node_id=node_id.hex(), address=info.node_manager_address,
+                name=names.get(info.node_manager_address, info.node_manager_address)
+                if self.mode == "netns" else info.node_manager_address,
+                state=state, is_head=bool(info.is_head_node),
+                gpus=float(resources.get("GPU", 0.0)), cpus=float(resources.get("CPU", 0.0)),
+                labels={k: v for k, v in dict(info.labels).items()}))
+        return out
+
+    def head_identity(self) -> dict[str, Any]:
+        entry = self.status_file().get("nodes", {}).get("head", {})
+        gcs = find_child(entry["pid"], "gcs_server") if entry.get("pid") else None
+        return {"pid": entry.get("pid"), "incarnation": entry.get("incarnation"),
+                "gcs_pid": gcs.pid if gcs else None, "state": entry.get("state")}
+
+    def kill_head(self, mode: str, record: dict[str, Any]) -> dict[str, Any]:
+        old = self.head_identity()
+        if not old["pid"]:
+            raise FaultFailed(f"local cluster '{self.spec.name}': no running head to kill")
+        if mode == "gcs":
+            if not old["gcs_pid"]:
+                raise FaultFailed(f"local cluster '{self.spec.name}': no gcs_server process "
+                                  f"under the head (PID {old['pid']})")
+            os.kill(old["gcs_pid"], signal.SIGKILL)
+            victims = [old["gcs_pid"]]
+        else:
+            victims = kill_tree(old["pid"])
+        killed_at = time.time()
+        still = wait_gone(victims[:1], timeout=5)
+        if still:
+            raise FaultFailed(f"SIGKILL of PID {still[0]} did not take effect within 5 s")
+        record["undo"] = {"kind": "ensure_head", "old_pid": old["pid"]}
+        return {"mode": mode, "signal": "SIGKILL", "killed_pids": victims, "old": old,
+                "killed_at": killed_at, "landed": True}
+
+    def wait_head_back(self, old: dict[str, Any], timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        t0 = time.time()
+        while time.monotonic() < deadline:
+            new = self.head_identity()
+            if new["pid"] and new["pid"] != old.get("pid") and new["state"] == "running" \
+                    and self.gcs_alive(0.5):
+                return {"back": True, "new": new, "waited_s": round(time.time() - t0, 3),
+                        "head_pid_changed": True}
+            time.sleep(0.2)
+        return {"back": False, "new": self.head_identity(), "waited_s": round(timeout, 3)}
+
+    def undo(self, record: dict[str, Any]) -> dict[str, Any]:
+        undo = record.get("undo") or {}
+        kind = undo.get("kind")
+        if kind == "ensure_head":
+            if not self.is_up():
+                return {"undone": True, "note": "cluster is down; nothing to restore"}
+            result = self.wait_head_back({"pid": undo.get("old_pid")}, timeout=120)
+            if not result["back"]:
+                raise RollbackFailed(f"local cluster '{self.spec.name}': the head did not come "
+                                     "back within 120 s; it is still down")
+            return {"undone": True, **result}
+        if not kind:
+            return {"undone": True, "note": "nothing was changed"}
+        raise RollbackFailed(f"local target cannot undo {kind!r} (record {record.get('id')})")
+
+
+def _spec_dict(spec: LocalClusterSpec) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(spec)
+
+
+def _src_path() -> str:
+    here = Path(__file__).resolve().parents[2]
+    existing = os.environ.get("PYTHONPATH")
+    return f"{here}{os.pathsep}{existing}" if existing else str(here)
