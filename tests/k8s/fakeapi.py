@@ -115,7 +115,7 @@ class FakeKube:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     @property
@@ -217,6 +217,7 @@ class FakeKube:
                 ds = self._pod(name, ns, "worker", "gpu", f"gpu-{i}")
                 ds["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "dcgm"}]
                 ds["metadata"]["name"] = f"dcgm-{i}"
+                ds["metadata"]["labels"] = {"ray.io/cluster": name, "app": "dcgm-exporter"}
                 self.put("pods", ds)
             self.put("events", {"metadata": {"name": "pulled-1", "namespace": ns},
                                 "reason": "Pulled", "involvedObject": {"name": f"{name}-head"},

@@ -17,7 +17,7 @@ def test_describe_reports_groups_gpu_nodes_and_gcs_ft(target):
     info = target.describe()
     assert info["cluster"] == "demo"
     assert info["gcs_ft"] == {"enabled": True, "via": "spec.gcsFaultToleranceOptions"}
-    assert info["worker_groups"] == {"gpu": 6}  # 4 Ray workers + 2 DaemonSet pods labelled gpu
+    assert info["worker_groups"] == {"gpu": 4}  # DaemonSet pods are not Ray workers
     assert info["gpu_nodes"] == ["gpu-0", "gpu-1"]
     assert "port-forward" in info["dashboard_url"]
 

@@ -23,7 +23,7 @@ from raychaos.errors import ConfigError, RollbackFailed, TargetUnavailable
 from raychaos.targets import k8s_drain, k8s_head, k8s_network
 from raychaos.targets.base import NodeInfo
 from raychaos.targets.k8s_client import ApiException, ApiSession, status_message
-from raychaos.targets.k8s_safety import CORDONED_BY, RUN_ID, check_namespace, gpu_count
+from raychaos.targets.k8s_safety import CORDONED_BY, RUN_ID, check_namespace, gpu_count, is_daemonset_pod
 
 __all__ = ["KubernetesTarget"]
 
@@ -100,8 +100,9 @@ class KubernetesTarget:
         pods = self._ray_pods()
         groups: dict[str, int] = {}
         for p in pods:
-            if p["metadata"]["labels"].get("ray.io/node-type") != "head":
-                g = p["metadata"]["labels"].get("ray.io/group", "?")
+            labels = p["metadata"]["labels"]
+            if labels.get("ray.io/node-type") == "worker" and not is_daemonset_pod(p):
+                g = labels.get("ray.io/group", "?")
                 groups[g] = groups.get(g, 0) + 1
         gpu_nodes = [n["metadata"]["name"] for n in api.read(api.core.list_node)["items"]
                      if gpu_count(n) > 0]
@@ -122,6 +123,8 @@ class KubernetesTarget:
         out = []
         for p in self._ray_pods():
             meta = p["metadata"]
+            if is_daemonset_pod(p):
+                continue
             ready = k8s_head._ready(p)
             state = "DRAINING" if "deletionTimestamp" in meta else "ALIVE" if ready else "DEAD"
             out.append(NodeInfo(node_id=meta["uid"], name=meta["name"],
