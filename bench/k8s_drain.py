@@ -55,8 +55,9 @@ def main() -> None:
                 latencies.append(back["detected_at"] - fake.ready_events[back["new_uid"]])
                 recoveries.append(back["seconds"])
             latencies.sort()
-            print(f"head kill: new head UID detected by watch {latencies[len(latencies) // 2]*1e3:.2f}"
-                  f" ms (median of 5; max {latencies[-1]*1e3:.2f} ms) after the fake made it Ready;"
+            median_ms = latencies[len(latencies) // 2] * 1e3
+            print(f"head kill: new head UID detected by watch {median_ms:.2f} ms (median of 5; "
+                  f"max {latencies[-1] * 1e3:.2f} ms) after the fake made it Ready;"
                   f" kill → detected median {sorted(recoveries)[2]:.3f} s (fake KubeRay "
                   f"replaces after {fake.head_replace_delay}s + Ready after {fake.ready_delay}s)")
             target.close()

@@ -234,7 +234,7 @@ class FakeKube:
 
     def _pod(self, cluster: str, ns: str, node_type: str, group: str, node: str,
              gpus: int = 0, ready: bool = True) -> dict:
-        suffix = uuid.uuid4().hex[:5]
+        suffix = uuid.uuid4().hex[:8]
         name = f"{cluster}-head-{suffix}" if node_type == "head" else \
             f"{cluster}-{group}-worker-{suffix}"
         limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}

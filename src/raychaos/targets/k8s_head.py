@@ -26,7 +26,9 @@ __all__ = ["KILL_MODES", "head_identity", "kill_head", "wait_head_back"]
 
 KILL_MODES = {
     "pod": None,  # delete the pod with grace 0: KubeRay creates a new head pod
-    "head": ["sh", "-c", "kill -KILL 1"],  # kill the container: restartCount goes up
+    # every process but PID 1 (the kernel shields a namespace's init from SIGKILL sent inside
+    # it); ``ray start --block`` then exits, so the container restarts or the pod is replaced
+    "head": ["sh", "-c", "kill -KILL -1"],
     "gcs": ["pkill", "-KILL", "gcs_server"],  # only the GCS: GCS FT should bring it back
 }
 

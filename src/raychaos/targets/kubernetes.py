@@ -23,7 +23,9 @@ from raychaos.errors import ConfigError, RollbackFailed, TargetUnavailable
 from raychaos.targets import k8s_drain, k8s_head, k8s_network
 from raychaos.targets.base import NodeInfo
 from raychaos.targets.k8s_client import ApiException, ApiSession, status_message
-from raychaos.targets.k8s_safety import CORDONED_BY, RUN_ID, check_namespace, gpu_count, is_daemonset_pod
+from raychaos.targets.k8s_safety import (
+    CORDONED_BY, RUN_ID, check_namespace, gpu_count, is_daemonset_pod,
+)
 
 __all__ = ["KubernetesTarget"]
 
