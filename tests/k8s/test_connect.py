@@ -72,3 +72,11 @@ def test_bad_kubeconfig_path(tmp_path):
     target = KubernetesTarget(KubernetesSpec(kubeconfig=str(tmp_path / "none")))
     with pytest.raises(TargetUnavailable, match="cannot load a kubeconfig"):
         target.connect()
+
+
+def test_several_rayclusters_and_none_named(fake, make_target):
+    with fake.lock:
+        fake.put("rayclusters", {"metadata": {"name": "other", "namespace": "ray"}, "spec": {}})
+    with pytest.raises(ConfigError, match=r"target.kubernetes.cluster: 2 RayClusters in "
+                                          r"namespace ray \(demo, other\); name one"):
+        make_target(cluster=None)

@@ -75,6 +75,9 @@ class KubernetesTarget:
         except (Urllib3Error, OSError) as exc:
             api.close()
             raise TargetUnavailable(f"{where} is unreachable: {type(exc).__name__}") from exc
+        except BaseException:
+            api.close()  # e.g. ConfigError: several RayClusters and none named
+            raise
         self.api = api
 
     def close(self) -> None:
