@@ -1,0 +1,69 @@
+"""Guard rails for faults on a real Kubernetes cluster: labels, protected objects, pod filters.
+
+Why a module of its own: these rules decide what raychaos may touch, so they are written once
+and read in one place — a ``raychaos.io/protected=true`` object is never deleted, cordoned or
+evicted; DaemonSet and mirror pods are skipped by a drain, as ``kubectl drain`` does; every object
+raychaos creates carries ``raychaos.io/run-id`` so ``cleanup_run`` can find leftovers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raychaos.errors import ConfigError, FaultFailed
+
+__all__ = [
+    "CORDONED_BY", "PROTECTED", "RUN_ID", "check_namespace", "gpu_count", "is_daemonset_pod",
+    "is_mirror_pod", "is_protected", "refuse_protected", "run_labels",
+]
+
+RUN_ID = "raychaos.io/run-id"
+PROTECTED = "raychaos.io/protected"
+#: put on a node we cordon, so a later ``cleanup_run`` can uncordon it (we did not create it)
+CORDONED_BY = "raychaos.io/cordoned-by"
+GPU = "nvidia.com/gpu"
+
+
+def run_labels(run_id: str, **extra: str) -> dict[str, str]:
+    """Labels for an object raychaos creates."""
+    return {RUN_ID: run_id, "app.kubernetes.io/managed-by": "raychaos", **extra}
+
+
+def is_protected(obj: dict[str, Any]) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    return str(labels.get(PROTECTED, "")).lower() == "true"
+
+
+def refuse_protected(objs: list[dict[str, Any]], action: str) -> None:
+    """Raise before acting when any of ``objs`` carries ``raychaos.io/protected=true``."""
+    names = [f"{o.get('kind', 'object').lower()} {o['metadata']['name']}"
+             for o in objs if is_protected(o)]
+    if names:
+        raise FaultFailed(f"{action}: refusing to touch {', '.join(names)}: labelled "
+                          f"{PROTECTED}=true")
+
+
+def check_namespace(namespace: str, allowed: list[str]) -> None:
+    """An empty allowlist allows any namespace; otherwise ``namespace`` must be on it."""
+    if allowed and namespace not in allowed:
+        raise ConfigError(f"target.kubernetes.namespace: {namespace!r} is not in "
+                          f"allowed_namespaces {allowed}")
+
+
+def is_daemonset_pod(pod: dict[str, Any]) -> bool:
+    refs = pod.get("metadata", {}).get("ownerReferences") or []
+    return any(r.get("kind") == "DaemonSet" for r in refs)
+
+
+def is_mirror_pod(pod: dict[str, Any]) -> bool:
+    return "kubernetes.io/config.mirror" in (pod.get("metadata", {}).get("annotations") or {})
+
+
+def gpu_count(node_or_pod: dict[str, Any]) -> float:
+    """GPUs a node can allocate, or a pod's containers request (limits)."""
+    if "allocatable" in node_or_pod.get("status", {}):
+        return float(node_or_pod["status"]["allocatable"].get(GPU, 0) or 0)
+    total = 0.0
+    for c in node_or_pod.get("spec", {}).get("containers", []):
+        total += float((c.get("resources", {}).get("limits") or {}).get(GPU, 0) or 0)
+    return total

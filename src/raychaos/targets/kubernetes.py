@@ -1,0 +1,271 @@
+"""The Kubernetes target: a KubeRay ``RayCluster`` reached with the official ``kubernetes`` client.
+
+Why it exists: faults and probes are written once against the Target protocol; this class maps
+them onto the Kubernetes API (pod delete and exec for head kills, cordon + Eviction API for
+drains, labelled DaemonSets / Chaos Mesh objects for network faults). ``connect`` checks, before
+any fault, that the API answers, the RayCluster exists and we may read it — each failure is one
+sentence. The mechanics live in ``k8s_head``, ``k8s_drain`` and ``k8s_network``; the Jobs API is
+plain HTTP to the dashboard (``KubernetesSpec.dashboard_url``).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+import uuid
+from typing import Any
+
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from raychaos.config import KubernetesSpec
+from raychaos.errors import ConfigError, RollbackFailed, TargetUnavailable
+from raychaos.targets import k8s_drain, k8s_head, k8s_network
+from raychaos.targets.base import NodeInfo
+from raychaos.targets.k8s_client import ApiException, ApiSession, status_message
+from raychaos.targets.k8s_safety import (
+    CORDONED_BY, RUN_ID, check_namespace, gpu_count, is_daemonset_pod,
+)
+
+__all__ = ["KubernetesTarget"]
+
+
+class KubernetesTarget:
+    """A KubeRay RayCluster in one namespace. See :class:`raychaos.targets.base.Target`."""
+
+    kind = "kubernetes"
+
+    def __init__(self, spec: KubernetesSpec, run_id: str | None = None):
+        self.spec = spec
+        self.ns = spec.namespace
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.cluster = spec.cluster or ""
+        self.api: ApiSession | None = None
+        self.raycluster: dict[str, Any] = {}
+        self._log_offsets: dict[str, int] = {}
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def connect(self) -> None:
+        check_namespace(self.ns, list(self.spec.allowed_namespaces))
+        api = ApiSession.connect(self.spec.kubeconfig, self.spec.context, self.spec.dry_run)
+        where = f"kubernetes API at {api.host}"
+        try:
+            if not self.cluster:
+                found = api.read(api.custom.list_namespaced_custom_object, "ray.io", "v1",
+                                 self.ns, "rayclusters")["items"]
+                if len(found) != 1:
+                    raise (TargetUnavailable if not found else ConfigError)(
+                        f"target.kubernetes.cluster: {len(found)} RayClusters in namespace "
+                        f"{self.ns} ({', '.join(f['metadata']['name'] for f in found) or 'none'})"
+                        f"; name one")
+                self.cluster = found[0]["metadata"]["name"]
+            self.raycluster = api.read(api.custom.get_namespaced_custom_object, "ray.io", "v1",
+                                       self.ns, "rayclusters", self.cluster)
+        except ApiException as exc:
+            api.close()
+            if exc.status == 404:
+                raise TargetUnavailable(f"{where}: no RayCluster {self.cluster!r} in namespace "
+                                        f"{self.ns} (or the ray.io/v1 CRD is not installed)"
+                                        ) from exc
+            if exc.status in (401, 403):
+                raise TargetUnavailable(f"{where}: HTTP {exc.status}, not allowed to read "
+                                        f"rayclusters in namespace {self.ns}: "
+                                        f"{status_message(exc)}") from exc
+            raise TargetUnavailable(f"{where}: HTTP {exc.status} {exc.reason}") from exc
+        except (Urllib3Error, OSError) as exc:
+            api.close()
+            raise TargetUnavailable(f"{where} is unreachable: {type(exc).__name__}") from exc
+        except BaseException:
+            api.close()  # e.g. ConfigError: several RayClusters and none named
+            raise
+        self.api = api
+
+    def close(self) -> None:
+        if self.api is not None:
+            self.api.close()
+            self.api = None
+
+    def _api(self) -> ApiSession:
+        if self.api is None:
+            raise TargetUnavailable("kubernetes target: connect() was not called")
+        return self.api
+
+    def gcs_ft(self) -> dict[str, Any]:
+        """Whether GCS fault tolerance is configured, and how."""
+        spec = self.raycluster.get("spec", {})
+        notes = self.raycluster.get("metadata", {}).get("annotations") or {}
+        if spec.get("gcsFaultToleranceOptions"):
+            return {"enabled": True, "via": "spec.gcsFaultToleranceOptions"}
+        if str(notes.get("ray.io/ft-enabled", "")).lower() == "true":
+            return {"enabled": True, "via": "annotation ray.io/ft-enabled"}
+        return {"enabled": False, "via": None}
+
+    def describe(self) -> dict[str, Any]:
+        api = self._api()
+        pods = self._ray_pods()
+        groups: dict[str, int] = {}
+        for p in pods:
+            labels = p["metadata"]["labels"]
+            if labels.get("ray.io/node-type") == "worker" and not is_daemonset_pod(p):
+                g = labels.get("ray.io/group", "?")
+                groups[g] = groups.get(g, 0) + 1
+        gpu_nodes = [n["metadata"]["name"] for n in api.read(api.core.list_node)["items"]
+                     if gpu_count(n) > 0]
+        return {"kind": self.kind, "api": api.host, "namespace": self.ns,
+                "cluster": self.cluster, "run_id": self.run_id, "gcs_ft": self.gcs_ft(),
+                "worker_groups": groups, "gpu_nodes": gpu_nodes, "dry_run": api.gate.dry_run,
+                "dashboard_url": self.spec.dashboard_url
+                or "not set: port-forward the head service's 8265 and set dashboard_url"}
+
+    # --- observation ---------------------------------------------------------------------------
+    def _ray_pods(self) -> list[dict[str, Any]]:
+        api = self._api()
+        return api.read(api.core.list_namespaced_pod, self.ns,
+                        label_selector=f"ray.io/cluster={self.cluster}")["items"]
+
+    def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:
+        """Ray nodes as pods: Ready → ALIVE, terminating → DRAINING, otherwise DEAD."""
+        out = []
+        for p in self._ray_pods():
+            meta = p["metadata"]
+            if is_daemonset_pod(p):
+                continue
+            ready = k8s_head._ready(p)
+            state = "DRAINING" if "deletionTimestamp" in meta else "ALIVE" if ready else "DEAD"
+            out.append(NodeInfo(node_id=meta["uid"], name=meta["name"],
+                                address=p.get("status", {}).get("podIP") or "", state=state,
+                                is_head=meta["labels"].get("ray.io/node-type") == "head",
+                                gpus=gpu_count(p), labels=dict(meta["labels"])))
+        return out
+
+    def gcs_alive(self, timeout: float = 0.5) -> bool:
+        """Dashboard ``/api/version`` when reachable, else the head pod's readiness."""
+        if self.spec.dashboard_url:
+            try:
+                self._http("GET", "/api/version", timeout=timeout)
+                return True
+            except TargetUnavailable:
+                return False
+        try:
+            return bool(self.head_identity()["ready"])
+        except Exception:  # noqa: BLE001 - a probe answers False, never raises
+            return False
+
+    def head_identity(self) -> dict[str, Any]:
+        return k8s_head.head_identity(self._api(), self.ns, self.cluster)
+
+    def dashboard_url(self) -> str:
+        if not self.spec.dashboard_url:
+            raise TargetUnavailable(
+                f"kubernetes: no dashboard_url set; run `kubectl -n {self.ns} port-forward "
+                f"svc/{self.cluster}-head-svc 8265:8265` and set dashboard_url to "
+                f"http://127.0.0.1:8265")
+        return self.spec.dashboard_url.rstrip("/")
+
+    # --- jobs: the Ray Jobs REST API over plain HTTP -------------------------------------------
+    def _http(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
+        url = self.dashboard_url() + path
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+                raw = resp.read()
+        except (urllib.error.URLError, OSError) as exc:
+            raise TargetUnavailable(f"Ray dashboard at {url}: {exc}") from exc
+        return json.loads(raw) if raw else {}
+
+    def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
+                   on_driver_node: bool = True, metadata: dict[str, str] | None = None) -> str:
+        """Submit via the Jobs API; ``on_driver_node`` is ignored (KubeRay places drivers)."""
+        body: dict[str, Any] = {"entrypoint": entrypoint, "metadata": metadata or {}}
+        if working_dir:
+            body["runtime_env"] = {"working_dir": working_dir}
+        return str(self._http("POST", "/api/jobs/", body)["submission_id"])
+
+    def job_status(self, job_id: str) -> str:
+        try:
+            return str(self._http("GET", f"/api/jobs/{job_id}").get("status", "UNKNOWN"))
+        except TargetUnavailable:
+            return "UNKNOWN"
+
+    def stop_job(self, job_id: str) -> None:
+        try:
+            self._http("POST", f"/api/jobs/{job_id}/stop")
+        except TargetUnavailable:
+            pass
+
+    def job_log_lines(self, job_id: str) -> list[str]:
+        logs = str(self._http("GET", f"/api/jobs/{job_id}/logs").get("logs", ""))
+        start = self._log_offsets.get(job_id, 0)
+        self._log_offsets[job_id] = len(logs)
+        return logs[start:].splitlines()
+
+    # --- faults --------------------------------------------------------------------------------
+    def kill_head(self, mode: str, record: dict[str, Any]) -> dict[str, Any]:
+        """``pod``: delete the head pod (grace 0); ``head``: kill its container; ``gcs``: only
+        ``gcs_server``."""
+        return k8s_head.kill_head(self._api(), self.ns, self.cluster, mode, record)
+
+    def wait_head_back(self, old: dict[str, Any], timeout: float) -> dict[str, Any]:
+        return k8s_head.wait_head_back(self._api(), self.ns, self.cluster, old, timeout)
+
+    def drain_nodes(self, record: dict[str, Any], selector: str | None = None,
+                    count: int | None = None, evict: bool = True,
+                    deadline_s: float = 60.0) -> dict[str, Any]:
+        """Cordon nodes (by label ``selector`` or ``count`` GPU nodes) and evict Ray pods."""
+        return k8s_drain.drain_nodes(
+            self._api(), self.ns, self.cluster, self.run_id, record, selector=selector,
+            count=count, evict=evict, deadline_s=deadline_s,
+            max_nodes=self.spec.max_nodes_at_once)
+
+    def throttle_registry_pulls(self, rate: str, nodes: list[str], registry_hosts: list[str],
+                                record: dict[str, Any], image: str = k8s_network.TOOL_IMAGE
+                                ) -> dict[str, Any]:
+        """Limit download ``rate`` (tc units, e.g. ``5mbit``) from ``registry_hosts`` on
+        ``nodes`` with a privileged hostNetwork DaemonSet running ``image``."""
+        return k8s_network.throttle_registry_pulls(
+            self._api(), self.ns, self.run_id, record, rate=rate, nodes=nodes,
+            registry_hosts=registry_hosts, image=image)
+
+    def saturate_network(self, record: dict[str, Any], nodes: list[str] | None = None,
+                         rate: str = "10mbit", duration_s: int = 60,
+                         image: str = k8s_network.IPERF_IMAGE) -> dict[str, Any]:
+        """Chaos Mesh NetworkChaos (bandwidth) on Ray pods if installed, else iperf3 pairs."""
+        return k8s_network.saturate_network(
+            self._api(), self.ns, self.cluster, self.run_id, record, nodes=nodes, rate=rate,
+            duration_s=duration_s, image=image)
+
+    def image_pull_seconds(self) -> list[float]:
+        """Durations of image pulls the kubelet reported (``Pulled`` events) in the namespace."""
+        return k8s_network.image_pull_seconds(self._api(), self.ns)
+
+    def planned_calls(self) -> list[dict[str, Any]]:
+        """Mutating calls made — or, in dry-run, that would have been made — in order."""
+        return list(self._api().gate.calls)
+
+    # --- undo ----------------------------------------------------------------------------------
+    def undo(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Revert one ledger record (dispatching on its undo ``kind`` or ``fault``); idempotent."""
+        undo = record.get("undo") or {}
+        kind = undo.get("kind") or record.get("fault")
+        api = self._api()
+        try:
+            if kind == "kill_head" or not undo:
+                return {"undone": True, "note": "nothing to revert: KubeRay recreates the head"}
+            if kind == "drain_nodes":
+                return {"undone": True, "uncordoned": k8s_drain.uncordon(api, undo["nodes"])}
+            if kind in k8s_network.UNDO_KINDS:
+                return {"undone": True, "deleted": k8s_network.delete_created(api, undo)}
+        except (ApiException, Urllib3Error, OSError) as exc:
+            raise RollbackFailed(f"undo {kind}: {undo} may still be applied: {exc}") from exc
+        raise RollbackFailed(f"undo: unknown fault kind {kind!r} in record {record.get('id')}")
+
+    def cleanup_run(self, run_id: str | None = None) -> dict[str, Any]:
+        """Delete every object labelled ``raychaos.io/run-id=<run_id>``; uncordon our nodes."""
+        api = self._api()
+        rid = run_id or self.run_id
+        nodes = [n["metadata"]["name"] for n in api.read(
+            api.core.list_node, label_selector=f"{CORDONED_BY}={rid}")["items"]]
+        return {"run_id": rid, "uncordoned": k8s_drain.uncordon(api, nodes),
+                "deleted": k8s_network.delete_labelled(api, self.ns, f"{RUN_ID}={rid}")}
