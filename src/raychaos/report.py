@@ -82,7 +82,7 @@ def load_run(run_dir: str | Path) -> RunView:
     complete = isinstance(summary, dict)
     if not complete:
         notes.insert(0, "summary.json is missing: the run did not finish (crashed or was "
-                        "killed); this report is built from the ledger and the timeline")
+                        "killed); what follows is reconstructed from the ledger and the timeline")
         ts = [r["ts"] for r in records if isinstance(r.get("ts"), (int, float))]
         summary = {
             "experiment": run.name, "slug": run.name, "run_id": ledger.get("run_id", run.name),
