@@ -54,9 +54,11 @@ def _read_optional(path: Path, notes: list[str]) -> Any:
 
 def _windows_from_phases(records: list[dict[str, Any]]) -> dict[str, list[float]]:
     """Phase windows from ``phase`` events: each phase lasts until the next (or the last t)."""
-    phases = [(str(r.get("name")), float(r["t"])) for r in records
-              if r.get("kind") == "event" and r.get("event") == "phase"
-              and isinstance(r.get("t"), (int, float))]
+    phases = sorted(((str(r.get("name")), float(r["t"])) for r in records
+                     if r.get("kind") == "event" and r.get("event") == "phase"
+                     and isinstance(r.get("t"), (int, float))), key=lambda p: p[1])
+    if not phases:
+        return {}
     last = max((float(r["t"]) for r in records if isinstance(r.get("t"), (int, float))),
                default=0.0)
     ends = [t for _, t in phases[1:]] + [last]
