@@ -195,8 +195,19 @@ def _event_rows(events: list[dict[str, Any]]) -> str:
         "</table>"
 
 
-def render_html(view: RunView, png: bytes | None) -> str:
-    """The report page for ``view``; ``png`` is the timeline image to embed (or None)."""
+def _recovery_rows(figures: dict[str, Any]) -> str:
+    if not figures:
+        return ""
+    rows = "".join(f"<tr><td>{esc(k)}</td><td>{'never' if v is None else fmt_num(v)}</td></tr>"
+                   for k, v in figures.items())
+    return ("<h2>Recovery (read from the timeline, seconds from the first fault start)</h2>"
+            "<table><tr><th>figure</th><th>seconds</th></tr>" + rows + "</table>")
+
+
+def render_html(view: RunView, png: bytes | None,
+                recovery: dict[str, Any] | None = None) -> str:
+    """The report page for ``view``; ``png`` is the timeline image to embed (or None);
+    ``recovery`` the :func:`raychaos.compare.recovery_figures` of the run (or None)."""
     s = view.summary
     title = s.get("experiment") or s.get("slug") or view.run_dir.name
     windows = s.get("windows") or {}
@@ -226,6 +237,7 @@ def render_html(view: RunView, png: bytes | None) -> str:
 <h2>SLOs</h2>{_slo_rows(s.get('slos') or [])}
 <h2>Probes</h2>{_probe_rows(s.get('probes') or [])}
 <h2>Faults</h2>{_fault_rows(view)}
+{_recovery_rows(recovery or {})}
 <h2>Timeline</h2>{img}
 <h2>Errors</h2>{''.join(f'<pre>{esc(e)}</pre>' for e in errors) or '<p>None.</p>'}
 <h2>Events</h2>{_event_rows(view.events)}
@@ -244,6 +256,7 @@ def build_report(run_dir: str | Path) -> Path:
     Works on finished runs and on partial ones (no ``summary.json``, torn last timeline line);
     raises ``FileNotFoundError`` only when ``run_dir`` is not a directory.
     """
+    from raychaos.compare import recovery_figures  # imports this module: import lazily
     from raychaos.plots import render_timeline_png
 
     run = Path(run_dir)
@@ -254,5 +267,7 @@ def build_report(run_dir: str | Path) -> Path:
     png = render_timeline_png(view.records, view.summary.get("windows") or {}, title)
     (run / "timeline.png").write_bytes(png)
     out = run / "report.html"
-    out.write_text(render_html(view, png), encoding="utf-8")
+    recovery = recovery_figures(view.records) if any(
+        e.get("event") == "fault_start" for e in view.events) else None
+    out.write_text(render_html(view, png, recovery), encoding="utf-8")
     return out
