@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -49,4 +48,3 @@ def loopback_http():
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
-        time.sleep(0)

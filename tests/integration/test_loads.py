@@ -128,7 +128,7 @@ def test_serve_app_answers_predict_from_a_gpu_replica(ray_address, tmp_path):
         with load:
             load.wait(timeout=40)
         lines = load.poll_stats()
-        assert sum(line["count"] for line in lines) > 0, (tmp_path / "serve.stats.log").read_text()
+        assert sum(line["count"] for line in lines) > 0, load.log_path.read_text()
         assert sum(line["failures"] for line in lines) == 0
         assert "POST /predict" in set().union(*(line["endpoints"] for line in lines))
     finally:

@@ -101,6 +101,6 @@ def test_distributed_master_aggregates_worker_stats(loopback_http, tmp_path):
         assert len(load.pids) == 3
         load.wait(timeout=45)
     lines = load.poll_stats()
-    assert sum(line["count"] for line in lines) > 0, (tmp_path / "dist.stats.log").read_text()
+    assert sum(line["count"] for line in lines) > 0, load.log_path.read_text()
     assert all(_gone(pid) for pid in load.pids)
     assert _group_gone(load.pids[0])

@@ -151,7 +151,7 @@ class LocustProcess:
         env = {**os.environ, **self.env, "RAYCHAOS_LOAD_NAME": self.name, "PYTHONUNBUFFERED": "1"}
         port = _free_port(self.bind_host) if self.workers > 0 else None
         out = open(self.stats_path, "ab")  # noqa: SIM115 - closed in stop()
-        err = open(f"{self.stats_path}.log", "ab")  # noqa: SIM115
+        err = open(self.log_path, "ab")  # noqa: SIM115
         self._files += [out, err]
         self._offset = self.stats_path.stat().st_size
         master = subprocess.Popen(
@@ -174,6 +174,11 @@ class LocustProcess:
             self.stop()
             raise
         return self
+
+    @property
+    def log_path(self) -> Path:
+        """The master's stderr (Locust's own log and summary): read it when no stats arrive."""
+        return Path(f"{self.stats_path}.log")
 
     @property
     def pids(self) -> list[int]:
