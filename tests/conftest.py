@@ -1,0 +1,50 @@
+"""Shared test fixtures: a tiny threaded HTTP server on loopback that loads can hit."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def _reply(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):  # noqa: N802
+        if self.path.startswith("/fail"):
+            self._reply(500, {"error": "on purpose"})
+        else:
+            self._reply(200, {"ok": True, "path": self.path})
+
+    def do_POST(self):  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        self._reply(200, {"ok": True})
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def loopback_http():
+    """Base URL of a threaded HTTP server on 127.0.0.1 (``/fail*`` answers 500)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

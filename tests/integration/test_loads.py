@@ -1,0 +1,135 @@
+"""The Ray loads on one small local Ray (2 CPUs, 1 logical GPU, shared by the module): each
+streams stats lines in the shared format, the shuffle catches a corrupted block, and the Serve
+app answers /predict from a GPU-fraction replica -- also under Locust."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+import ray
+
+from raychaos.loads.locust_runner import LOADS_DIR, LocustProcess, stats_format
+
+pytestmark = pytest.mark.integration
+
+parse_line = stats_format().parse_line
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    saved = os.environ.pop("RAY_ADDRESS", None)
+    ray.init(num_cpus=2, num_gpus=1, object_store_memory=100 * 1024**2,
+             include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+        if saved is not None:
+            os.environ["RAY_ADDRESS"] = saved
+
+
+def _run_job(script: str, address: str, *args: str) -> tuple[int, list[dict], str]:
+    """Run a load script as a driver of the module's cluster, the way a Ray job would."""
+    proc = subprocess.run(
+        [sys.executable, str(LOADS_DIR / script), *args],
+        env={**os.environ, "RAY_ADDRESS": address}, capture_output=True, text=True, timeout=120,
+    )
+    lines = [d for d in map(parse_line, proc.stdout.splitlines()) if d is not None]
+    return proc.returncode, lines, proc.stderr[-2000:]
+
+
+def _load_module(script: str):
+    spec = importlib.util.spec_from_file_location(f"raychaos_test_{script[:-3]}", LOADS_DIR / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _lines(text: str) -> list[dict]:
+    return [d for d in map(parse_line, text.splitlines()) if d is not None]
+
+
+ARGS = ["--rounds", "2", "--partitions", "3", "--block-mb", "0.5", "--duration", "60"]
+
+
+def test_shuffle_passes_with_intact_data(ray_address):
+    code, lines, err = _run_job("shuffle.py", ray_address, *ARGS)
+    assert code == 0, err
+    assert sum(line["count"] for line in lines) == 6  # 2 rounds x 3 reducers, all verified
+    assert sum(line["checksum_errors"] for line in lines) == 0
+    assert sum(line.get("bytes", 0) for line in lines) >= 2 * 0.5 * 1024**2 * 0.99
+
+
+def test_shuffle_detects_a_corrupted_block(ray_address):
+    code, lines, err = _run_job("shuffle.py", ray_address, *ARGS, "--corrupt-one")
+    assert code != 0
+    assert sum(line["checksum_errors"] for line in lines) > 0
+    assert sum(line["failures"] for line in lines) == 1  # exactly the one corrupted output
+    assert "checksum errors" in err
+
+
+def test_actor_churn_reports_creation_latency(ray_address, capsys):
+    churn = _load_module("actor_churn.py")
+    assert churn.main(["--duration", "4", "--rate", "2", "--max-alive", "2"]) == 0
+    lines = _lines(capsys.readouterr().out)
+    assert lines and all(line["load"] == "actor_churn" for line in lines)
+    assert sum(line["count"] for line in lines) >= 3
+    assert sum(line.get("killed", 0) for line in lines) >= 3
+    assert any(line["p95_ms"] for line in lines)
+    assert lines[-1]["alive"] == 0
+
+
+def test_gpu_inference_reports_queueing_and_stranded_gpu(ray_address, capsys):
+    gpu = _load_module("gpu_inference.py")
+    assert gpu.main(["--duration", "3", "--gpu-fraction", "0.25", "--in-flight", "8",
+                     "--io-ms", "20", "--work-ms", "20"]) == 0
+    lines = [line for line in _lines(capsys.readouterr().out) if line["count"]]
+    assert lines and sum(line["count"] for line in lines) >= 10
+    # 8 in flight, 4 GPU slots: half the tasks wait for a slot.
+    assert max(line["queue_p95_ms"] for line in lines) >= 10
+    stranded = [line["gpu_stranded_frac"] for line in lines]
+    assert all(0.2 <= s <= 0.9 for s in stranded), stranded  # ~half of each task is io
+    assert any(line["gpu_allocated_frac"] for line in lines)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_serve_app_answers_predict_from_a_gpu_replica(ray_address, tmp_path):
+    from ray import serve
+
+    serve_app = _load_module("serve_app.py")
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        serve.run(serve_app.build_app(), name="raychaos_loads", route_prefix="/")
+        req = urllib.request.Request(f"{base}/predict", data=json.dumps({"text": "hi"}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            answer = json.loads(resp.read())
+        assert answer["gpu_ids"], "the inference replica must hold a (logical) GPU"
+        assert len(answer["scores"]) == 8
+        with urllib.request.urlopen(f"{base}/healthz", timeout=10) as resp:
+            assert json.loads(resp.read()) == {"ok": True}
+
+        load = LocustProcess(LOADS_DIR / "serve_users.py", base, users=2, spawn_rate=2,
+                             duration_s=3, stats_path=tmp_path / "serve.stats")
+        with load:
+            load.wait(timeout=40)
+        lines = load.poll_stats()
+        assert sum(line["count"] for line in lines) > 0, load.log_path.read_text()
+        assert sum(line["failures"] for line in lines) == 0
+        assert "POST /predict" in set().union(*(line["endpoints"] for line in lines))
+    finally:
+        serve.shutdown()
