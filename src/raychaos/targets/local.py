@@ -29,6 +29,7 @@ from raychaos.config import LocalClusterSpec
 from raychaos.errors import FaultFailed, RollbackFailed, TargetUnavailable
 from raychaos.results import write_json_atomic
 from raychaos.targets.base import NodeInfo
+from raychaos.targets.local_faults import LocalFaultsMixin
 from raychaos.targets.local_jobs import JobsMixin
 from raychaos.targets.local_net import PodNetwork, netns_supported
 from raychaos.targets.local_nodes import NodePlan, find_child, find_marked, kill_tree, wait_gone
@@ -50,7 +51,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class LocalTarget(JobsMixin):
+class LocalTarget(JobsMixin, LocalFaultsMixin):
     kind = "local"
 
     def __init__(self, spec: LocalClusterSpec, state_root: str | Path | None = None,
@@ -379,7 +380,7 @@ class LocalTarget(JobsMixin):
             return {"undone": True, **result}
         if not kind:
             return {"undone": True, "note": "nothing was changed"}
-        raise RollbackFailed(f"local target cannot undo {kind!r} (record {record.get('id')})")
+        return self.undo_local_fault(record)
 
 
 def _spec_dict(spec: LocalClusterSpec) -> dict[str, Any]:

@@ -1,0 +1,43 @@
+"""Kill the head: the whole head pod (GCS, dashboard, head raylet) or only ``gcs_server``.
+
+``mode="gcs"`` is what KubeRay's own GCS fault-tolerance e2e test does (``pkill gcs_server``);
+``ray start --block`` in the head notices its dead child and exits, and the head "container" is
+restarted by the supervisor (locally) or by Kubernetes. ``mode="head"`` (alias ``pod``) kills the
+whole head node at once. Either way the evidence names the old and new head, so a verdict never
+rests on a kill that did not happen.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from raychaos.errors import FaultFailed
+from raychaos.runtime import current
+
+__all__ = ["kill_head"]
+
+
+def kill_head(mode: Literal["head", "pod", "gcs"] = "head", wait_s: float = 180.0) -> dict[str, Any]:
+    """Kill the head (``head``/``pod``) or only its ``gcs_server`` (``gcs``) with SIGKILL.
+
+    :param mode: ``head``/``pod`` kills the whole head node; ``gcs`` only the GCS process.
+    :param wait_s: how long to wait for the new head incarnation before failing the fault.
+    :returns: evidence: old/new head identity, kill time, seconds until the head was back.
+    """
+    if wait_s <= 0:
+        raise FaultFailed(f"kill_head: wait_s must be positive, got {wait_s!r}")
+    run = current()
+    with run.fault("kill_head", {"mode": mode, "wait_s": wait_s}) as record:
+        evidence = run.target.kill_head(mode, record)
+        run.extras.setdefault("kills", []).append(
+            {"t": run.clock.t_of_wall(evidence["killed_at"]), **evidence})
+        run.ledger.update(record, evidence=evidence)
+        back = run.target.wait_head_back(evidence["old"], timeout=wait_s)
+        evidence["head_back"] = back
+        if not back.get("back"):
+            raise FaultFailed(f"kill_head: the head did not come back within {wait_s:g} s "
+                              f"(old {evidence['old']}, now {back.get('new')})")
+        evidence["head_back_s"] = round(time.time() - evidence["killed_at"], 3)
+        run.ledger.update(record, evidence=evidence)
+    return evidence

@@ -1,0 +1,47 @@
+"""Undo every fault a run applied, newest first; the rollback action of every experiment.
+
+A failed undo is reported, never swallowed: the others still run, and the error names what is
+still applied. The same function serves ``raychaos rollback RESULTS_DIR`` after a crash.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from raychaos.errors import RollbackFailed
+from raychaos.results import Ledger, Timeline
+from raychaos.runtime import current
+from raychaos.targets.base import Target
+
+__all__ = ["undo_all", "undo_ledger"]
+
+
+def undo_ledger(ledger: Ledger, target: Target, timeline: Timeline | None = None) -> dict[str, Any]:
+    """Undo each outstanding record of ``ledger`` on ``target``; idempotent."""
+    undone, failed = [], []
+    for record in ledger.outstanding():
+        if timeline:
+            timeline.event("rollback_start", record["fault"], id=record["id"])
+        try:
+            result = target.undo(record)
+        except Exception as exc:
+            failed.append(f"{record['id']} {record['fault']}: {exc}")
+            ledger.update(record, undo_error=str(exc))
+            if timeline:
+                timeline.event("rollback_failed", record["fault"], id=record["id"],
+                               error=str(exc))
+            continue
+        ledger.update(record, state="undone", undone_at=time.time(), undo_result=result)
+        undone.append(record["id"])
+        if timeline:
+            timeline.event("rollback_end", record["fault"], id=record["id"])
+    if failed:
+        raise RollbackFailed("rollback incomplete, still applied: " + "; ".join(failed))
+    return {"undone": undone}
+
+
+def undo_all() -> dict[str, Any]:
+    """Undo every fault this run applied (newest first)."""
+    run = current()
+    return undo_ledger(run.ledger, run.target, run.timeline)
