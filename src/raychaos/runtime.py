@@ -42,9 +42,11 @@ class Run:
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     @contextlib.contextmanager
-    def fault(self, name: str, args: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def fault(self, name: str, args: dict[str, Any], lasting: bool = True
+              ) -> Iterator[dict[str, Any]]:
         """Ledger entry written before the fault acts; state and evidence kept up to date."""
         record = self.ledger.begin(name, args)
+        self.ledger.update(record, lasting=lasting)
         self.timeline.event("fault_start", name, id=record["id"], args=args)
         try:
             yield record
@@ -53,7 +55,7 @@ class Run:
             self.timeline.event("fault_failed", name, id=record["id"], error=_one_line(exc))
             raise
         self.ledger.update(record, state="applied", applied_at=time.time())
-        self.timeline.event("fault_applied", name, id=record["id"])
+        self.timeline.event("fault_applied", name, id=record["id"], lasting=lasting)
 
     def record_probe(self, name: str, verdict: str, evidence: dict[str, Any]) -> dict[str, Any]:
         entry = {"name": name, "verdict": verdict, "evidence": evidence}

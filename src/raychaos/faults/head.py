@@ -28,8 +28,14 @@ def kill_head(mode: Literal["head", "pod", "gcs"] = "head", wait_s: float = 180.
     if wait_s <= 0:
         raise FaultFailed(f"kill_head: wait_s must be positive, got {wait_s!r}")
     run = current()
-    with run.fault("kill_head", {"mode": mode, "wait_s": wait_s}) as record:
+    try:
+        workers_before = [n.node_id[:12] for n in run.target.nodes(timeout=2.0)
+                          if n.state == "ALIVE" and not n.is_head]
+    except Exception:
+        workers_before = []
+    with run.fault("kill_head", {"mode": mode, "wait_s": wait_s}, lasting=False) as record:
         evidence = run.target.kill_head(mode, record)
+        evidence["workers_before"] = workers_before
         run.extras.setdefault("kills", []).append(
             {"t": run.clock.t_of_wall(evidence["killed_at"]), **evidence})
         run.ledger.update(record, evidence=evidence)

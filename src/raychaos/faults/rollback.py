@@ -22,7 +22,8 @@ def undo_ledger(ledger: Ledger, target: Target, timeline: Timeline | None = None
     undone, failed = [], []
     for record in ledger.outstanding():
         if timeline:
-            timeline.event("rollback_start", record["fault"], id=record["id"])
+            timeline.event("rollback_start", record["fault"], id=record["id"],
+                           lasting=record.get("lasting", True))
         try:
             result = target.undo(record)
         except Exception as exc:
@@ -35,7 +36,8 @@ def undo_ledger(ledger: Ledger, target: Target, timeline: Timeline | None = None
         ledger.update(record, state="undone", undone_at=time.time(), undo_result=result)
         undone.append(record["id"])
         if timeline:
-            timeline.event("rollback_end", record["fault"], id=record["id"])
+            timeline.event("rollback_end", record["fault"], id=record["id"],
+                           lasting=record.get("lasting", True))
     if failed:
         raise RollbackFailed("rollback incomplete, still applied: " + "; ".join(failed))
     return {"undone": undone}

@@ -1,0 +1,37 @@
+# The two commands of the README, each doing its own set-up from nothing:
+#   make demo   run experiments/head-kill.yaml against the embedded local cluster -> results/
+#   make test   run the whole test suite (unit, Kubernetes API over HTTP, local Ray cluster)
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+EXPERIMENT ?= experiments/head-kill.yaml
+
+.PHONY: setup sysdeps demo test unit bench clean
+
+setup: $(VENV)/.installed sysdeps
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+# Debian packages the local target's faults use (tc, nft, ...), installed only when missing
+# and only as root; the list is .ci/apt-packages.txt.
+sysdeps:
+	@sh scripts/sysdeps.sh
+
+demo: setup
+	$(VENV)/bin/raychaos run $(EXPERIMENT) --down
+
+test: setup
+	$(PY) -m pytest
+
+unit: setup
+	$(PY) -m pytest tests/unit
+
+bench: setup
+	$(PY) bench/gcs_recovery.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

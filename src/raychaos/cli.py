@@ -1,0 +1,182 @@
+"""The ``raychaos`` command line.
+
+    raychaos run EXPERIMENT [--slo FILE] [--dry-run] [--down] [--quiet]
+    raychaos validate EXPERIMENT...
+    raychaos local up|down|status [--name NAME] [--workers N] [--gpu-workers N]
+    raychaos rollback RESULTS_DIR
+    raychaos report RESULTS_DIR
+    raychaos compare RUN_A RUN_B [--tolerance F]
+    raychaos list
+
+Exit codes: 0 every SLO met, 1 an SLO/probe/hypothesis failed, 2 error or interruption.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from raychaos import __version__
+from raychaos.errors import RaychaosError
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="raychaos",
+        description="Chaos and load testing for Ray clusters: inject head/GCS kills, drains, "
+                    "slow registries and saturated networks under load, and judge the run "
+                    "against SLOs.",
+        epilog="exit codes: 0 all SLOs met · 1 an SLO, probe or the hypothesis failed · "
+               "2 the run errored or was interrupted")
+    p.add_argument("--version", action="version", version=f"raychaos {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    r = sub.add_parser("run", help="run one experiment and judge it")
+    r.add_argument("experiment", help="experiment file (Chaos Toolkit YAML)")
+    r.add_argument("--slo", help="SLO profile overriding the experiment's")
+    r.add_argument("--results", help="results root folder (default: results/)")
+    r.add_argument("--dry-run", action="store_true", help="validate and print the plan only")
+    r.add_argument("--down", action="store_true",
+                   help="take the local cluster down afterwards if this run started it")
+    r.add_argument("--quiet", action="store_true", help="only the essentials (CI)")
+    r.add_argument("--state-root", help=argparse.SUPPRESS)
+
+    v = sub.add_parser("validate", help="check experiment files without running anything")
+    v.add_argument("experiments", nargs="+")
+
+    loc = sub.add_parser("local", help="the embedded local Ray cluster")
+    loc.add_argument("action", choices=["up", "down", "status"])
+    loc.add_argument("--name", default="raychaos")
+    loc.add_argument("--workers", type=int, default=None)
+    loc.add_argument("--gpu-workers", type=int, default=None)
+    loc.add_argument("--gcs-storage", choices=["rocksdb", "redis", "none"], default=None)
+    loc.add_argument("--state-root", help=argparse.SUPPRESS)
+
+    rb = sub.add_parser("rollback", help="undo what a crashed or interrupted run left applied")
+    rb.add_argument("results_dir")
+
+    rep = sub.add_parser("report", help="rebuild report.html and junit.xml of a run")
+    rep.add_argument("results_dir")
+
+    cmp_ = sub.add_parser("compare", help="compare two runs; exit 1 on a regression")
+    cmp_.add_argument("run_a")
+    cmp_.add_argument("run_b")
+    cmp_.add_argument("--tolerance", type=float, default=0.2)
+
+    sub.add_parser("list", help="list the experiments in experiments/")
+    return p
+
+
+def _local(args: argparse.Namespace) -> int:
+    from raychaos.config import LocalClusterSpec
+    from raychaos.targets.local import LocalTarget
+
+    spec = LocalClusterSpec(name=args.name)
+    changes = {k: v for k, v in (("workers", args.workers), ("gpu_workers", args.gpu_workers),
+                                 ("gcs_storage", args.gcs_storage)) if v is not None}
+    try:
+        spec = replace(spec, **changes)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    target = LocalTarget(spec, state_root=args.state_root, progress=print)
+    if args.action == "up":
+        status = target.up()
+        print(f"up: {status['dashboard_url']} (GCS {status['gcs_address']}, {status['mode']} mode)")
+    elif args.action == "down":
+        result = target.down()
+        print(f"down: ended {len(result['killed'])} processes"
+              + (f"; still alive: {result['left']}" if result["left"] else ""))
+        return 1 if result["left"] else 0
+    else:
+        print(json.dumps(target.status(), indent=2, default=str))
+    return 0
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    from raychaos.recovery import rollback_results_dir
+
+    result = rollback_results_dir(Path(args.results_dir))
+    print(f"rollback: undone {result['undone'] or 'nothing (nothing was left applied)'}")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from raychaos.compare import compare_runs, format_comparison
+
+    result = compare_runs(args.run_a, args.run_b, tolerance=args.tolerance)
+    print(format_comparison(result))
+    return 1 if result["regressions"] else 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from raychaos.errors import ConfigError
+    from raychaos.experiment import load_experiment
+
+    bad = 0
+    for path in args.experiments:
+        try:
+            load_experiment(path)
+            print(f"ok: {path}")
+        except ConfigError as exc:
+            bad += 1
+            for problem in exc.problems:
+                print(f"error: {problem}", file=sys.stderr)
+    return 2 if bad else 0
+
+
+def _list() -> int:
+    import yaml
+
+    for path in sorted(Path("experiments").glob("*.yaml")):
+        try:
+            title = (yaml.safe_load(path.read_text()) or {}).get("title", "")
+        except yaml.YAMLError:
+            title = "(not valid YAML)"
+        print(f"{str(path):45s} {title}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            from raychaos.runner import run_experiment_file
+
+            return run_experiment_file(args.experiment, slo=args.slo, results_root=args.results,
+                                       state_root=args.state_root, keep_cluster=not args.down,
+                                       quiet=args.quiet,
+                                       dry_run=args.dry_run)
+        if args.command == "validate":
+            return _validate(args)
+        if args.command == "local":
+            return _local(args)
+        if args.command == "rollback":
+            return _rollback(args)
+        if args.command == "report":
+            from raychaos.junit import write_junit
+            from raychaos.report import build_report
+
+            print(build_report(args.results_dir))
+            print(write_junit(args.results_dir))
+            return 0
+        if args.command == "compare":
+            return _compare(args)
+        if args.command == "list":
+            return _list()
+    except RaychaosError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 2
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

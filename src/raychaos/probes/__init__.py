@@ -1,0 +1,1 @@
+"""Probes: plain functions Chaos Toolkit calls, returning evidence; plus the continuous monitor."""

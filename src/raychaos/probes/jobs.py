@@ -1,0 +1,74 @@
+"""Job probes: do the load jobs submitted before the fault survive it?
+
+Drivers run on workers (``entrypoint_resources``): a driver on the head dies with it, and the
+probe would then measure driver placement instead of the cluster's resilience.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from raychaos.runtime import current
+from raychaos.targets.base import Target
+
+__all__ = ["job_survival", "run_job", "LOADS_DIR"]
+
+LOADS_DIR = Path(__file__).resolve().parents[3] / "loads"
+TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED", "MISSING"}
+SURVIVED = {"RUNNING", "SUCCEEDED"}
+
+
+def run_job(target: Target, entrypoint: str, timeout: float = 120.0) -> tuple[str, list[str]]:
+    """Submit a short job from ``loads/`` and wait for it to end: (final status, log lines)."""
+    deadline = time.monotonic() + timeout
+    while True:  # right after a head restart the Jobs API may not answer yet
+        try:
+            job_id = target.submit_job(entrypoint, working_dir=str(LOADS_DIR))
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+    lines: list[str] = []
+    status = "PENDING"
+    while time.monotonic() < deadline:
+        status = target.job_status(job_id)
+        lines += target.job_log_lines(job_id)
+        if status in TERMINAL:
+            break
+        time.sleep(0.5)
+    else:
+        target.stop_job(job_id)
+        status = "TIMEOUT"
+    time.sleep(0.3)
+    lines += target.job_log_lines(job_id)
+    return status, lines
+
+
+def job_survival(timeout_s: float = 90.0) -> dict[str, Any]:
+    """Every load job submitted before the fault is RUNNING or SUCCEEDED now.
+
+    :param timeout_s: how long to wait for the Jobs API to answer for every job (the dashboard
+        comes back a little after the GCS).
+    :returns: evidence: status per job, survivors, ratio.
+    """
+    run = current()
+    jobs = dict(run.jobs)
+    deadline = time.monotonic() + timeout_s
+    states: dict[str, str] = {}
+    while True:
+        states = {name: run.target.job_status(job_id) for name, job_id in jobs.items()}
+        if all(s not in ("UNKNOWN", "PENDING") for s in states.values()) or \
+                time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    survived = [n for n, s in states.items() if s in SURVIVED]
+    evidence = {"jobs": {n: {"job_id": jobs[n], "status": s} for n, s in states.items()},
+                "survived": len(survived), "total": len(jobs),
+                "ratio": len(survived) / len(jobs) if jobs else None,
+                "lost": sorted(set(jobs) - set(survived))}
+    verdict = "n/a" if not jobs else ("pass" if len(survived) == len(jobs) else "fail")
+    run.record_probe("job_survival", verdict, evidence)
+    return evidence

@@ -1,0 +1,194 @@
+"""``raychaos run``: validate, set up, run the experiment with Chaos Toolkit, judge, exit.
+
+Owns what a pipeline relies on: one clear sentence for bad input (and nothing started), the
+rollback on every exit path (SIGINT and SIGTERM become an orderly stop that still rolls back and
+writes the summary), progress lines on stderr-friendly stdout, and the exit code: 0 every SLO and
+probe passed, 1 an SLO, probe or the hypothesis failed, 2 the run errored or was interrupted.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from raychaos.errors import ConfigError, Interrupted, RaychaosError
+from raychaos.experiment import Experiment, load_experiment
+
+__all__ = ["run_experiment_file", "verdict_table", "Progress"]
+
+
+class Progress:
+    """Timestamped progress lines; quiet mode keeps only the essentials."""
+
+    def __init__(self, quiet: bool = False, stream: Any = None):
+        self.quiet = quiet
+        self.stream = stream or sys.stdout
+        self.t0 = time.monotonic()
+
+    def __call__(self, message: str, essential: bool = False) -> None:
+        if self.quiet and not essential:
+            return
+        self.stream.write(f"[{time.monotonic() - self.t0:7.1f}s] {message}\n")
+        self.stream.flush()
+
+
+def _ticker(session: Any, say: Callable[[str], None], stop: threading.Event,
+            every: float) -> None:
+    """Every few seconds: what the monitor sees right now."""
+    while not stop.wait(every):
+        mon = session.monitor
+        if mon is None:
+            continue
+        last = mon.last
+        gcs = "up" if last.get("gcs_up") else "DOWN"
+        nodes = f"{last.get('nodes_alive', '?')}/{last.get('nodes_total', '?')}"
+        jobs = ",".join(sorted(set(mon.job_states.values()))) or "-"
+        say(f"  gcs {gcs} · nodes alive {nodes} · jobs {jobs}")
+
+
+class _EventPrinter:
+    """A Chaos Toolkit event handler printing each activity as it starts and ends."""
+
+    def __init__(self, say: Callable[[str], None]):
+        from chaoslib.run import RunEventHandler
+
+        printer = self
+
+        class Handler(RunEventHandler):  # type: ignore[misc]
+            def start_hypothesis_before(self, experiment: Any) -> None:
+                printer.say("steady state: checking the hypothesis")
+
+            def start_method(self, experiment: Any) -> None:
+                printer.say("method: injecting faults")
+
+            def start_rollbacks(self, experiment: Any) -> None:
+                printer.say("rollbacks")
+
+            def start_hypothesis_after(self, experiment: Any) -> None:
+                printer.say("steady state: checking the hypothesis again")
+
+            def start_activity(self, activity: Any) -> None:
+                printer.say(f"  {activity.get('type')} {activity.get('name')} ...")
+
+            def activity_completed(self, activity: Any, run: Any) -> None:
+                status = (run or {}).get("status")
+                printer.say(f"  {activity.get('name')}: {status}"
+                            + (f" ({run.get('exception')[-1].strip()})"
+                               if run and run.get("exception") else ""))
+
+        self.say = say
+        self.handler = Handler()
+
+
+def verdict_table(summary: dict[str, Any]) -> str:
+    rows = [("check", "window", "value", "threshold", "verdict")]
+    for p in summary.get("probes", []):
+        rows.append((f"probe {p['name']}", "-", "-", "-", p["verdict"]))
+    for s in summary.get("slos", []):
+        value = "not measured" if s["value"] is None else f"{s['value']:g}"
+        rows.append((s["name"], s["window"], value, f"{s['op']} {s['threshold']:g}", s["verdict"]))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(5)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _raise_interrupt(signum: int, _frame: Any) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def run_experiment_file(path: str | Path, *, slo: str | None = None,
+                        results_root: str | None = None, state_root: str | None = None,
+                        keep_cluster: bool = True, quiet: bool = False,
+                        dry_run: bool = False) -> int:
+    say = Progress(quiet)
+    try:
+        exp = load_experiment(path, slo)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        print("nothing was started.", file=sys.stderr)
+        return 2
+    if dry_run:
+        print(describe_plan(exp))
+        return 0
+    from raychaos.session import Session
+
+    session = Session(exp, results_root=results_root, state_root=state_root,
+                      keep_cluster=keep_cluster, progress=say)
+    logging.getLogger("chaostoolkit").setLevel(logging.WARNING)
+    old = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    journal, status, error = None, "completed", None
+    stop = threading.Event()
+    try:
+        say(f"experiment: {exp.title}", essential=True)
+        session.start()
+        say(f"results: {session.run_dir}", essential=True)
+        threading.Thread(target=_ticker, args=(session, say, stop, 5.0), daemon=True).start()
+        from chaoslib.experiment import run_experiment
+
+        data = dict(exp.data)
+        data.setdefault("runtime", {"rollbacks": {"strategy": "always"}})
+        journal = run_experiment(data, settings={}, event_handlers=[_EventPrinter(say).handler])
+    except Interrupted as exc:
+        status, error = "interrupted", exc
+        say(f"interrupted by {exc.signame}: rolling back", essential=True)
+    except KeyboardInterrupt as exc:
+        status, error = "interrupted", exc
+    except RaychaosError as exc:
+        status, error = "errored", exc
+        say(f"error: {exc}", essential=True)
+    finally:
+        stop.set()
+        # a second signal must not skip the rollback silently: say what is still applied
+        signal.signal(signal.SIGINT, _second_signal(session))
+        signal.signal(signal.SIGTERM, _second_signal(session))
+        try:
+            summary = session.finish(journal, status, error)
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+    print()
+    print(verdict_table(summary))
+    for err in summary.get("errors", []):
+        print(f"error: {err}", file=sys.stderr)
+    print(f"\nverdict: {summary['verdict'].upper()}  (exit {summary['exit_code']})  "
+          f"results: {session.run_dir}")
+    return int(summary["exit_code"])
+
+
+def _second_signal(session: Any) -> Callable[[int, Any], None]:
+    def handler(signum: int, _frame: Any) -> None:
+        run = session.run
+        left = [f"{r['id']} {r['fault']}" for r in run.ledger.outstanding()] if run else []
+        print(f"\n{signal.Signals(signum).name} again: still rolling back "
+              f"({', '.join(left) or 'nothing left applied'}); "
+              f"if you stop now, run `raychaos rollback {session.run_dir}`", file=sys.stderr)
+    return handler
+
+
+def describe_plan(exp: Experiment) -> str:
+    """What a run would do, without doing it (``--dry-run``)."""
+    s = exp.settings
+    lines = [f"experiment: {exp.title}  ({exp.path})",
+             f"target: {s.target.kind}" + (f" '{s.target.local.name}', {s.target.local.workers} "
+                                           f"workers ({s.target.local.gpu_workers} with GPUs), "
+                                           f"GCS storage {s.target.local.gcs_storage}"
+                                           if s.target.kind == "local" else ""),
+             f"loads: {', '.join(f'{x.name} ({x.kind}: {x.script})' for x in s.loads) or 'none'}",
+             f"sentinel actor: {'yes' if s.sentinel else 'no'}",
+             "method:"]
+    for act in exp.data.get("method", []):
+        prov = act.get("provider", {})
+        lines.append(f"  {act.get('type')} {act.get('name')}: {prov.get('module')}."
+                     f"{prov.get('func')}({prov.get('arguments') or {}})")
+    lines.append(f"SLO profile: {exp.slo_path or 'none'}")
+    for slo in (exp.slo_profile.slos if exp.slo_profile else []):
+        lines.append(f"  {slo.name}: {slo.metric} [{slo.window}] {slo.op} {slo.threshold:g}")
+    lines.append("dry run: nothing was started.")
+    return "\n".join(lines)
