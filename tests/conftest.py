@@ -48,3 +48,12 @@ def loopback_http():
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tiers are marked by folder: tests/unit, tests/integration, tests/k8s."""
+    for item in items:
+        parts = item.path.parts
+        for tier in ("unit", "integration", "k8s"):
+            if tier in parts:
+                item.add_marker(getattr(pytest.mark, tier))

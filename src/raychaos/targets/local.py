@@ -304,6 +304,9 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
             self._client().get_all_node_info(timeout=timeout)
             return True
         except Exception:
+            # a GCS restarted without persistence has a new cluster ID, which a client made
+            # for the old one never accepts: make a new client next time
+            self._gcs_client = None
             return False
 
     def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:

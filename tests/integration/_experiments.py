@@ -1,0 +1,26 @@
+"""Copies of catalog experiments pointed at a test's own cluster and folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def variant(src: str, dest: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
+    data = yaml.safe_load((REPO / src).read_text())
+    edit(data)
+    dest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dest
+
+
+def raychaos_block(data: dict[str, Any]) -> dict[str, Any]:
+    return next(e for e in data["extensions"] if e.get("name") == "raychaos")
+
+
+def method_args(data: dict[str, Any], func: str) -> dict[str, Any]:
+    act = next(a for a in data["method"] if a["provider"]["func"] == func)
+    return act["provider"].setdefault("arguments", {})
