@@ -101,6 +101,52 @@ def test_random_loss_via_nft_and_undo(target):
     _clean(target, [])
 
 
+BUSY_GPU = """
+import ray, time
+ray.init()
+@ray.remote(num_gpus=1, max_retries=0)
+def hold():
+    time.sleep(120)
+ray.get(hold.remote())
+"""
+
+
+def test_drain_gpu_node_draining_dead_replaced(target, tmp_path):
+    script = tmp_path / "busy_gpu.py"
+    script.write_text(BUSY_GPU)
+    job = target.submit_job(f"python {script}")
+    record: dict = {}
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait until the GPU is really taken
+            if _gpu_busy(target):
+                break
+            time.sleep(0.5)
+        assert _gpu_busy(target), (
+            f"the GPU task never ran: {target.job_status(job)} {target.job_log_lines(job)[-5:]}")
+        ev = target.drain_nodes(count=1, deadline_s=4, replace_delay_s=1, record=record)
+        states = ev["states"]["worker-1"]
+        assert states[:4] == ["ALIVE", "DRAINING", "DEAD", "REPLACED"], states
+        assert ev["gpus_before"] == 1.0 and ev["gpus_after_drain"] == 0.0
+        assert ev["replaced"] and ev["replacement_node_ids"][0] not in ev["node_ids"]
+        assert [c["gpus"] for c in ev["gpu_capacity"]][-1] == 1.0
+    finally:
+        target.stop_job(job)
+        target.undo_local_fault(record)
+    assert _alive(target) == (3, 1.0)
+
+
+def _gpu_busy(t: LocalTarget) -> bool:
+    from ray.util.state import list_tasks
+
+    try:
+        tasks = list_tasks(address=t.dashboard_url(), filters=[("state", "=", "RUNNING")],
+                           timeout=5, raise_on_missing_output=False)
+    except Exception:
+        return False
+    return any(task.name.endswith("hold") for task in tasks)
+
+
 def test_registry_throttle_slows_pulls_and_undo(target):
     record: dict = {}
     try:
@@ -124,51 +170,6 @@ def test_registry_throttle_slows_pulls_and_undo(target):
     while _alive(target) != (3, 1.0) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _alive(target) == (3, 1.0)
-
-
-BUSY_GPU = """
-import ray, time
-ray.init()
-@ray.remote(num_gpus=1, max_retries=0)
-def hold():
-    time.sleep(120)
-ray.get(hold.remote())
-"""
-
-
-def test_drain_gpu_node_draining_dead_replaced(target, tmp_path):
-    script = tmp_path / "busy_gpu.py"
-    script.write_text(BUSY_GPU)
-    job = target.submit_job(f"python {script}")
-    record: dict = {}
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # wait until the GPU is really taken
-            if _gpu_busy(target):
-                break
-            time.sleep(0.5)
-        assert _gpu_busy(target), f"the GPU task never ran: {target.job_status(job)}"
-        ev = target.drain_nodes(count=1, deadline_s=4, replace_delay_s=1, record=record)
-        states = ev["states"]["worker-1"]
-        assert states[:4] == ["ALIVE", "DRAINING", "DEAD", "REPLACED"], states
-        assert ev["gpus_before"] == 1.0 and ev["gpus_after_drain"] == 0.0
-        assert ev["replaced"] and ev["replacement_node_ids"][0] not in ev["node_ids"]
-        assert [c["gpus"] for c in ev["gpu_capacity"]][-1] == 1.0
-    finally:
-        target.stop_job(job)
-        target.undo_local_fault(record)
-    assert _alive(target) == (3, 1.0)
-
-
-def _gpu_busy(t: LocalTarget) -> bool:
-    from ray.util.state import list_tasks
-
-    try:
-        tasks = list_tasks(address=t.dashboard_url(), filters=[("state", "=", "RUNNING")],
-                           timeout=5, raise_on_missing_output=False)
-    except Exception:
-        return False
-    return any(task.name.endswith("hold") for task in tasks)
 
 
 def test_impossible_undo_raises_rollback_failed(target, tmp_path):

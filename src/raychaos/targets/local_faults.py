@@ -24,6 +24,8 @@ class LocalFaultsMixin(DrainMixin, RegistryFaultMixin, NetFaultsMixin):
     def undo_local_fault(self, record: dict[str, Any]) -> dict[str, Any]:
         undo = record.get("undo") or {}
         kind = undo.get("kind")
+        if not kind:  # the fault failed before it changed anything
+            return {"undone": True, "note": "nothing was changed"}
         if kind == "drain":
             return self.undo_drain(undo)
         if kind == "registry_throttle":
