@@ -317,10 +317,13 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
             draining = self._client().get_draining_nodes(timeout=timeout) or {}
         except Exception:
             pass
+        # get_draining_nodes keys are not the NodeID objects get_all_node_info uses: compare hex
+        draining_ids = {k.hex() if isinstance(k, bytes) or hasattr(k, "binary") else str(k)
+                        for k in draining}
         out = []
         for node_id, info in infos.items():
             state = STATES.get(int(info.state), str(info.state))
-            if state == "ALIVE" and node_id in draining:
+            if state == "ALIVE" and node_id.hex() in draining_ids:
                 state = "DRAINING"
             resources = dict(info.resources_total)
             out.append(NodeInfo(

@@ -129,7 +129,8 @@ class Supervisor:
             return
         from raychaos.targets.local_registry import pull_image
 
-        result = pull_image(image, self.state_dir / "images" / plan.name)
+        # in the node's own namespace: the pull takes the pod network path a throttle shapes
+        result = pull_image(image, self.state_dir / "images" / plan.name, netns=plan.netns)
         self.note("image_pulled", plan.name, **result)
 
     def _stop(self, name: str) -> None:

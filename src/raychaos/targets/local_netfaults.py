@@ -1,0 +1,197 @@
+"""Network saturation of local pods: shaped links, random loss, partitions and a flood.
+
+The knobs are the kernel's own: a tbf qdisc on both ends of a node's veth (host side = traffic
+into the node, node side inside its namespace = traffic out of it), an nftables table in the
+node's namespace for random drops (``numgen random``) or a full partition, and a paced bulk TCP
+flood between pods (``local_netprobe.py``). Each piece is written into the record's ``undo``
+*before* it is applied, so an interrupted fault is still fully undone. Proof that it landed is
+measured, not assumed: a short TCP transfer between two pods before and during the fault.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from raychaos.errors import ConfigError, FaultFailed, NothingMatched, RollbackFailed
+from raychaos.targets.local_shaping import (
+    NFT_TABLE, add_tbf, del_root_qdisc, netem_available, nft_table_add, nft_table_del,
+    nft_tables, root_qdisc, sh,
+)
+
+__all__ = ["NetFaultsMixin", "NETPROBE"]
+
+NETPROBE = str(Path(__file__).with_name("local_netprobe.py"))
+PROBE_PORT, FLOOD_PORT = 5201, 5202
+
+
+class NetFaultsMixin:
+    """Network fault mechanics of LocalTarget (needs ``_cluster``, ``net``, ``spec``)."""
+
+    # --- pods ------------------------------------------------------------------------------
+    def _pods(self) -> dict[str, dict[str, Any]]:
+        cluster = self._cluster() or {}  # type: ignore[attr-defined]
+        if cluster.get("mode") != "netns":
+            raise ConfigError(f"local cluster '{self.spec.name}' runs in host mode (no "  # type: ignore[attr-defined]
+                              "network namespaces): network faults need netns mode, as root")
+        return {n["plan"]["name"]: n["plan"] for n in cluster["nodes"]}
+
+    def measure_transfer(self, src: str, dst: str, seconds: float = 1.5,
+                         port: int = PROBE_PORT) -> dict[str, Any]:
+        """Bulk TCP from pod ``src`` to pod ``dst`` for ``seconds``; bytes, seconds, rate."""
+        pods = self._pods()
+        recv = _spawn(pods[dst]["netns"], "recv", pods[dst]["ip"], port, seconds)
+        try:
+            ready = recv.stdout.readline() if recv.stdout else ""
+            if "READY" not in ready:
+                raise FaultFailed(f"transfer probe in {dst} did not start: {ready!r}")
+            send = _spawn(pods[src]["netns"], "send", pods[dst]["ip"], port, seconds)
+            out, _ = recv.communicate(timeout=seconds + 15)
+            send.wait(timeout=seconds + 15)
+        finally:
+            for proc in (recv,):
+                if proc.poll() is None:
+                    proc.kill()
+        result = json.loads(out.strip().splitlines()[-1])
+        return {"src": src, "dst": dst, **result, "mbit_s": round(result["rate_bps"] / 1e6, 2)}
+
+    # --- the fault -------------------------------------------------------------------------
+    def saturate_network(self, nodes: list[str], bandwidth_bps: float = 0.0,
+                         loss_pct: float = 0.0, latency_ms: float = 0.0, flood: bool = True,
+                         partition: bool = False, flood_s: float = 120.0,
+                         record: dict[str, Any] | None = None) -> dict[str, Any]:
+        record = {} if record is None else record
+        pods = self._pods()
+        if not nodes:
+            raise NothingMatched("saturate_network: nodes is empty; name at least one node")
+        unknown = [n for n in nodes if n not in pods]
+        if unknown:
+            raise NothingMatched(f"saturate_network: no node named {unknown[0]!r} in local "
+                                 f"cluster '{self.spec.name}' (nodes: {sorted(pods)})")  # type: ignore[attr-defined]
+        if latency_ms and not netem_available():
+            raise ConfigError(f"saturate_network: latency_ms={latency_ms:g} needs the tc netem "
+                              "qdisc, which this kernel does not have; set latency_ms to 0")
+        if not (bandwidth_bps or loss_pct or partition or flood):
+            raise ConfigError("saturate_network: nothing to do (no bandwidth_mbit, loss_pct, "
+                              "partition or flood)")
+        peers = [n for n in pods if n not in nodes]
+        if not peers:
+            raise ConfigError("saturate_network: every node is targeted; leave one out to "
+                              "measure against")
+        peer, probe_dst = peers[0], nodes[0]
+        before = self.measure_transfer(peer, probe_dst)
+        undo: dict[str, Any] = {"kind": "netfault", "qdiscs": [], "nft": [], "pids": []}
+        record["undo"] = undo
+        applied: dict[str, Any] = {"qdiscs": {}, "nft": {}}
+        for name in nodes:
+            plan = pods[name]
+            links = [(self.net.host_link(plan["index"]), None),  # type: ignore[attr-defined]
+                     (self.net.node_link(plan["index"]), plan["netns"])]  # type: ignore[attr-defined]
+            if bandwidth_bps:
+                for dev, ns in links:
+                    undo["qdiscs"].append({"dev": dev, "netns": ns})
+                    applied["qdiscs"][f"{ns or 'host'}/{dev}"] = add_tbf(dev, bandwidth_bps, ns)
+            rules = []
+            if partition:
+                rules = [f'iifname "{links[1][0]}" drop', f'oifname "{links[1][0]}" drop']
+            elif loss_pct:
+                rules = [f"numgen random mod 10000 < {int(round(loss_pct * 100))} drop"]
+            if rules:
+                undo["nft"].append({"netns": plan["netns"]})
+                applied["nft"][name] = nft_table_add(plan["netns"], rules)
+        if flood and not partition:
+            rate = bandwidth_bps * 2 if bandwidth_bps else 200e6  # paced: load, not a CPU burn
+            for name in nodes:
+                sink = _spawn(pods[name]["netns"], "recv", pods[name]["ip"], FLOOD_PORT,
+                              flood_s, pipe=False)
+                undo["pids"].append(sink.pid)
+                time.sleep(0.3)
+                src = _spawn(pods[peer]["netns"], "send", pods[name]["ip"], FLOOD_PORT,
+                             flood_s, rate, pipe=False)
+                undo["pids"].append(src.pid)
+            time.sleep(0.5)
+        during = self.measure_transfer(peer, probe_dst, seconds=2.0 if partition else 1.5)
+        limit = bandwidth_bps or None
+        landed = (during["rate_bps"] == 0 if partition
+                  else during["rate_bps"] < before["rate_bps"] * 0.8 if (bandwidth_bps or flood)
+                  else bool(applied["nft"]))
+        if not landed:
+            raise FaultFailed(f"saturate_network: no measurable effect on {probe_dst}: "
+                              f"{before['mbit_s']} Mbit/s before, {during['mbit_s']} during")
+        return {"nodes": list(nodes), "peer": peer, "limit_bps": limit, "loss_pct": loss_pct,
+                "partition": partition, "flood": bool(flood and not partition),
+                "before": before, "during": during, "applied": applied,
+                "flood_pids": list(undo["pids"]), "landed": True}
+
+    def undo_netfault(self, undo: dict[str, Any]) -> dict[str, Any]:
+        left: list[str] = []
+        for pid in undo.get("pids", []):
+            _kill_probe(pid)
+        for item in undo.get("qdiscs", []):
+            if not del_root_qdisc(item["dev"], item.get("netns")):
+                left.append(f"qdisc on {item['dev']}")
+        for item in undo.get("nft", []):
+            if not nft_table_del(item["netns"]):
+                left.append(f"nft table {NFT_TABLE} in {item['netns']}")
+        still = [p for p in undo.get("pids", []) if _is_probe(p)]
+        left += [f"flood PID {p}" for p in still]
+        if left:
+            raise RollbackFailed("network fault not fully undone, still applied: "
+                                 + ", ".join(left))
+        return {"undone": True, "qdiscs": len(undo.get("qdiscs", [])),
+                "nft": len(undo.get("nft", [])), "pids": undo.get("pids", [])}
+
+    def netfault_leftovers(self) -> dict[str, Any]:
+        """Every tbf/htb and nft table of ours on this cluster's links (empty when clean)."""
+        out: dict[str, Any] = {"qdiscs": [], "nft": []}
+        for name, plan in self._pods().items():
+            for dev, ns in ((self.net.host_link(plan["index"]), None),  # type: ignore[attr-defined]
+                            (self.net.node_link(plan["index"]), plan["netns"])):  # type: ignore[attr-defined]
+                if root_qdisc(dev, ns) in ("tbf", "htb", "netem"):
+                    out["qdiscs"].append(f"{ns or 'host'}/{dev}")
+            if NFT_TABLE in nft_tables(plan["netns"]):
+                out["nft"].append(name)
+        if root_qdisc(self.net.bridge) in ("tbf", "htb"):  # type: ignore[attr-defined]
+            out["qdiscs"].append(self.net.bridge)  # type: ignore[attr-defined]
+        return out
+
+
+def _spawn(netns: str, mode: str, host: str, port: int, seconds: float, rate: float = 0.0,
+           pipe: bool = True) -> subprocess.Popen:
+    cmd = ["ip", "netns", "exec", netns, sys.executable, NETPROBE, mode, host, str(port),
+           str(seconds)] + ([str(rate)] if rate else [])
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE if pipe else subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+
+
+def _is_probe(pid: int) -> bool:
+    try:
+        data = Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return b"local_netprobe" in data and stat != "Z"
+
+
+def _kill_probe(pid: int) -> None:
+    """SIGKILL a flood process group we started; never a PID that is no longer ours."""
+    if not _is_probe(pid):
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    deadline = time.monotonic() + 5
+    while _is_probe(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
