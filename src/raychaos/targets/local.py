@@ -117,7 +117,10 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
                 memory_bytes=self.spec.memory_mb * mb,
                 object_store_bytes=self.spec.object_store_mb * mb,
                 labels={} if head else {GPU_LABEL: "gpu" if gpu else "cpu"},
-                resources={} if head else {DRIVER_RESOURCE: float(self.spec.driver_slots)},
+                # drivers (and the sentinel) go to CPU workers when there are any: a drained or
+                # preempted GPU node must not take the load's own driver with it
+                resources={DRIVER_RESOURCE: float(self.spec.driver_slots)}
+                if not head and (not gpu or self.spec.gpu_workers == self.spec.workers) else {},
                 ports=ports, env=env))
         return plans
 
