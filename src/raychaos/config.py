@@ -74,9 +74,11 @@ class LoadSpec:
     script: str = field(default="", metadata=NONEMPTY)
     args: list[str] = field(default_factory=list)
     on_driver_node: bool = True
-    users: int = field(default=10, metadata={"min": 1})
-    spawn_rate: float = field(default=5.0, metadata={"min": 0.1})
-    host: str | None = None
+    users: int = field(default=10, metadata={"min": 1, "max": 10000})
+    spawn_rate: float = field(default=5.0, metadata={"min": 0.1, "max": 1000})
+    workers: int = field(default=0, metadata={"min": 0, "max": 64})
+    host: str | None = None  # "serve": the deployed Serve app; default: the Ray dashboard
+    serve_app: str | None = None  # "module:attr" in loads/, deployed before the load starts
 
 
 @dataclass(frozen=True)

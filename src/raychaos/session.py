@@ -96,15 +96,31 @@ class Session:
             else:
                 from raychaos.loads.locust_runner import LocustProcess
 
-                host = load.host or run.target.dashboard_url()
+                if load.serve_app:
+                    self._deploy_serve(run, load.serve_app, script.parent)
+                host = (run.target.serve_url() if load.host == "serve"
+                        else load.host or run.target.dashboard_url())
+                assert self.run_dir is not None
                 proc = LocustProcess(locustfile=str(script), host=host, users=load.users,
                                      spawn_rate=load.spawn_rate, duration_s=3600,
+                                     workers=load.workers, name=load.name,
                                      stats_path=self.run_dir / f"locust-{load.name}.log")
                 proc.start()
                 self.locusts.append(proc)
                 assert self.monitor is not None
                 self.monitor.extra_sources.append(proc.poll_stats)
                 self.say(f"load {load.name}: Locust, {load.users} users against {host}")
+
+    def _deploy_serve(self, run: Run, app: str, loads_dir: Path) -> None:
+        from raychaos.probes.jobs import run_job
+
+        self.say(f"deploying Serve application {app}")
+        status, lines = run_job(run.target, f"python serve_deploy.py --app {shlex.quote(app)}",
+                                timeout=300)
+        if status != "SUCCEEDED":
+            raise TargetUnavailable(f"the Serve application {app} did not become ready "
+                                    f"(job {status}): {' | '.join(lines[-3:])}")
+        run.extras["serve_app"] = app
 
     def _settle(self, run: Run) -> None:
         if not run.settings.loads:
@@ -115,7 +131,7 @@ class Session:
         while time.monotonic() < deadline:
             seen = {r.get("load") for r in read_timeline(run.timeline.path)
                     if r.get("kind") == "load" and r.get("count", 0) > 0}
-            if all(load.name in seen or load.kind != "ray_job" for load in run.settings.loads):
+            if all(load.name in seen for load in run.settings.loads):
                 break
             dead = [n for n, j in run.jobs.items()
                     if run.target.job_status(j) in ("FAILED", "STOPPED", "MISSING")]
@@ -167,6 +183,13 @@ class Session:
                 run.errors.append(f"stopping Locust: {exc}")
         for job_id in run.jobs.values():
             run.target.stop_job(job_id)
+        if run.extras.get("serve_app"):
+            from raychaos.probes.jobs import run_job
+
+            try:  # Serve's proxies and replicas would otherwise keep using the cluster's CPUs
+                run_job(run.target, "python serve_deploy.py --shutdown", timeout=60)
+            except Exception as exc:
+                run.errors.append(f"removing the Serve application: {exc}")
 
     def _summarize(self, run: Run, journal: dict[str, Any] | None, status: str,
                    errors: list[str]) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """GCS probes: is the GCS healthy, and how long did it take to recover from a head kill?
 
-Recovery is read from the monitor's timeline, not from an ad-hoc timer: the first sample after
-the kill in which the GCS answered, and the first in which every worker that was alive before
-the fault (same node IDs: re-registered, not replaced) was ALIVE again.
+Recovery is read from the monitor's timeline, not from an ad-hoc timer: the start of the first
+stretch of at least 5 s in which every sample found the GCS answering (a GCS that answers once
+and then goes away again has not recovered; the first answer and the flaps are reported too), and
+the first sample in which every worker that was alive before the fault (same node IDs:
+re-registered, not replaced) was ALIVE again.
 """
 
 from __future__ import annotations
@@ -15,6 +17,29 @@ from raychaos.results import read_timeline
 from raychaos.runtime import current
 
 __all__ = ["gcs_healthy", "gcs_recovery"]
+
+STABLE_S = 5.0  # recovered = answering for this long without a miss
+
+
+def _stable_since(samples: list[dict[str, Any]], hold: float) -> float | None:
+    """Start of the first run of up-samples lasting ``hold`` seconds (or to the end)."""
+    start = None
+    for r in samples:
+        if r.get("gcs_up"):
+            start = r["t"] if start is None else start
+            if r["t"] - start >= hold:
+                return start
+        else:
+            start = None
+    return start
+
+
+def _flaps(samples: list[dict[str, Any]], since: float | None) -> int:
+    """Up→down transitions after the first answer: a GCS that answers, then goes away again."""
+    if since is None:
+        return 0
+    ups = [r.get("gcs_up") for r in samples if r["t"] >= since]
+    return sum(1 for a, b in zip(ups, ups[1:]) if a and not b)
 
 
 def gcs_healthy(timeout_s: float = 30.0) -> bool:
@@ -62,7 +87,8 @@ def gcs_recovery(timeout_s: float = 180.0) -> dict[str, Any]:
     t_kill = kill["t"]
     samples = [r for r in read_timeline(run.timeline.path)
                if r.get("kind") == "sample" and r["t"] >= t_kill]
-    gcs_back = next((r["t"] for r in samples if r.get("gcs_up")), None)
+    first_answer = next((r["t"] for r in samples if r.get("gcs_up")), None)
+    gcs_back = _stable_since(samples, STABLE_S)
     nodes_back = next((r["t"] for r in samples if r.get("gcs_up")
                        and workers_before <= set(r.get("alive_ids") or [])), None)
     down = [r for r in samples if not r.get("gcs_up")]
@@ -70,6 +96,8 @@ def gcs_recovery(timeout_s: float = 180.0) -> dict[str, Any]:
         "mode": kill.get("mode"),
         "killed_at": kill.get("killed_at"),
         "gcs_recovery_s": None if gcs_back is None else round(gcs_back - t_kill, 3),
+        "gcs_first_answer_s": None if first_answer is None else round(first_answer - t_kill, 3),
+        "gcs_flaps_after_first_answer": _flaps(samples, first_answer),
         "nodes_recovery_s": None if nodes_back is None else round(nodes_back - t_kill, 3),
         "gcs_down_samples": len(down),
         "sample_interval_s": run.settings.monitor.interval_s,

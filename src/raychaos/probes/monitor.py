@@ -48,6 +48,7 @@ class Monitor:
         self.job_states: dict[str, str] = {}
         self.extra_sources: list[Callable[[], list[dict[str, Any]]]] = []
         self.cpu_seconds = 0.0
+        self._events_since = clock.wall0
 
     def start(self) -> None:
         for fn, name in ((self._sample_loop, "raychaos-gcs-sampler"),
@@ -102,6 +103,17 @@ class Monitor:
                         self.timeline.write("load", t=self.clock.t_of_wall(ts), **stats)
             except Exception as exc:
                 self.timeline.event("monitor_error", f"logs:{name}", error=repr(exc))
+        events = getattr(self.target, "cluster_events", None)
+        if events is not None:  # what the operator did: restarts, replacements, pulls
+            try:
+                for ev in events(self._events_since):
+                    self._events_since = max(self._events_since, ev["ts"])
+                    detail = {k: v for k, v in ev.items() if k not in ("ts", "event", "node")}
+                    self.timeline.write("event", t=self.clock.t_of_wall(ev["ts"]),
+                                        event=ev["event"], name=ev.get("node", ""),
+                                        detail=detail)
+            except Exception as exc:
+                self.timeline.event("monitor_error", "cluster-events", error=repr(exc))
         for source in self.extra_sources:
             try:
                 for stats in source():

@@ -55,6 +55,9 @@ class Target(Protocol):
     def dashboard_url(self) -> str:
         """Base URL of the Ray dashboard (Jobs API, state API)."""
 
+    def serve_url(self, port: int = 8000) -> str:
+        """Where HTTP load reaches Ray Serve (a proxy that is not on the head, where possible)."""
+
     def head_identity(self) -> dict[str, Any]:
         """What identifies the current head incarnation (PID / pod UID, restart count)."""
 

@@ -338,6 +338,19 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
                 labels={k: v for k, v in dict(info.labels).items()}))
         return out
 
+    def cluster_events(self, since: float) -> list[dict[str, Any]]:
+        """What the supervisor did after ``since`` (node exits, restarts, pulls), oldest first."""
+        return [e for e in self.status_file().get("events", []) if e.get("ts", 0) > since]
+
+    def serve_url(self, port: int = 8000) -> str:
+        """A worker's Serve proxy: it keeps serving while the head is down, as the pods behind
+        a RayService's serve Service do."""
+        plans = [p for p in self._plan_from_file() if p.role == "worker"]
+        cpu = [p for p in plans if not p.gpus] or plans
+        if not cpu or self.mode != "netns":
+            return f"http://{(cpu[0].ip if cpu else '127.0.0.1')}:{port}"
+        return f"http://{cpu[0].ip}:{port}"
+
     def head_identity(self) -> dict[str, Any]:
         entry = self.status_file().get("nodes", {}).get("head", {})
         gcs = find_child(entry["pid"], "gcs_server") if entry.get("pid") else None

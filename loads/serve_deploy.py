@@ -1,0 +1,57 @@
+"""Deploy a Serve application on the cluster the job runs in, then exit (the app stays).
+
+    python serve_deploy.py --app serve_app:app [--port 8000] [--timeout 180]
+
+Serve runs a proxy on every node (``location: EveryNode``) as a RayService does behind its
+serve Service, so load can reach the app through a worker while the head is down — which is what
+GCS fault tolerance for RayService promises. Prints ``RAYCHAOS_SERVE {"ready": true, ...}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import ray  # noqa: E402
+from ray import serve  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--app", default="serve_app:app", help="module:attribute of the application")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--timeout", type=float, default=180.0)
+    ap.add_argument("--shutdown", action="store_true", help="remove Serve from the cluster")
+    args = ap.parse_args(argv)
+    ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False)
+    if args.shutdown:
+        serve.shutdown()
+        return 0
+    module_name, attr = args.app.split(":")
+    app = getattr(importlib.import_module(module_name), attr)
+    serve.start(http_options={"host": "0.0.0.0", "port": args.port, "location": "EveryNode"})
+    serve.run(app, name="raychaos", route_prefix="/", blocking=False)
+    deadline = time.monotonic() + args.timeout
+    url = f"http://{ray.util.get_node_ip_address()}:{args.port}/healthz"
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                if reply.status == 200:
+                    print("RAYCHAOS_SERVE " + json.dumps({"ready": True, "url": url}), flush=True)
+                    return 0
+        except OSError:
+            pass
+        time.sleep(1.0)
+    print("RAYCHAOS_SERVE " + json.dumps({"ready": False, "url": url}), flush=True)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
