@@ -71,7 +71,7 @@ def test_all_problems_are_reported_at_once(tmp_path, monkeypatch):
     ("interval_s: 0.2", "interval_s: 5", "extensions[0].monitor.interval_s: must be at most 0.2"),
     ("func: kill_head", "func: kill_everything",
      "method[0].provider.func: raychaos.faults.head has no function 'kill_everything'"),
-    ("slo_profile: probes/slo-local.yaml", "slo_profile: probes/missing.yaml",
+    ("slo_profile: probes/slo-local-serve.yaml", "slo_profile: probes/missing.yaml",
      "extensions.raychaos.slo_profile: SLO profile 'probes/missing.yaml' not found"),
 ])
 def test_single_problems(tmp_path, monkeypatch, old, new, expected):
