@@ -112,6 +112,9 @@ METRICS = {
     "p95_latency_ms": "p95 latency of the loads' completions in the window",
     "p99_latency_ms": "p99 latency of the loads' completions in the window",
     "throughput_recovery_s": "seconds after rollback until throughput is back to >= 90% of baseline",
+    "checksum_errors": "blocks whose checksum did not match (data lost or corrupted) in the window",
+    "gpu_stranded_frac": "mean fraction of allocated GPU capacity that sat idle in the window",
+    "spilled_mb": "most object-store megabytes spilled to disk at any moment in the window",
 }
 
 

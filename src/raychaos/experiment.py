@@ -33,7 +33,7 @@ PROVIDER_KEYS = {"type", "module", "func", "arguments", "secrets"}
 PROBE_METRICS = {"gcs_recovery_s": "gcs_recovery", "nodes_recovery_s": "gcs_recovery",
                  "job_survival_ratio": "job_survival", "sentinel_preserved": "sentinel_preserved"}
 LOAD_METRICS = {"task_failure_ratio", "throughput_ratio", "p95_latency_ms", "p99_latency_ms",
-                "throughput_recovery_s"}
+                "throughput_recovery_s", "checksum_errors", "gpu_stranded_frac"}
 
 
 @dataclass(frozen=True)

@@ -99,11 +99,11 @@ def render_timeline_png(records: list[dict[str, Any]],
     events = [r for r in records if r.get("kind") == "event"]
     loads = _load_series(records)
 
-    fig = Figure(figsize=(11, 13), dpi=90)
+    fig = Figure(figsize=(11, 15), dpi=90)
     FigureCanvasAgg(fig)
-    axes = fig.subplots(6, 1, sharex=True,
-                        gridspec_kw={"height_ratios": [0.6, 1, 1, 1.3, 1.3, 1]})
-    ax_gcs, ax_nodes, ax_gpu, ax_tput, ax_lat, ax_err = axes
+    axes = fig.subplots(7, 1, sharex=True,
+                        gridspec_kw={"height_ratios": [0.6, 1, 1, 1, 1.3, 1.3, 1]})
+    ax_gcs, ax_nodes, ax_gpu, ax_store, ax_tput, ax_lat, ax_err = axes
     if title:
         fig.suptitle(title, fontsize=12)
 
@@ -128,6 +128,15 @@ def render_timeline_png(records: list[dict[str, Any]],
         ax_gpu.step(ts, [_num(r.get("gpus_available")) for r in samples], where="post",
                     label="GPUs available", color="#8c564b", linestyle="--")
     ax_gpu.set_ylabel("GPUs")
+    # 4. Object store and spill (from the raylets' own metrics).
+    store = [r for r in samples if r.get("object_store_used_mb") is not None]
+    if store:
+        st = [_num(r.get("t")) for r in store]
+        ax_store.step(st, [_num(r.get("object_store_used_mb")) for r in store], where="post",
+                      label="object store used MB", color="#17becf")
+        ax_store.step(st, [_num(r.get("spilled_mb")) for r in store], where="post",
+                      label="spilled MB", color="#9467bd", linestyle="--")
+    ax_store.set_ylabel("MB")
     # 4-6. Loads.
     for name, s in sorted(loads.items()):
         # A stats line covers the second *before* its t, hence steps drawn "pre".
@@ -141,7 +150,7 @@ def render_timeline_png(records: list[dict[str, Any]],
     ax_err.set_ylabel("failures/s")
     ax_err.set_xlabel("seconds since run start")
 
-    empty = {ax_gcs: not samples, ax_nodes: not samples, ax_gpu: not samples,
+    empty = {ax_gcs: not samples, ax_nodes: not samples, ax_gpu: not samples, ax_store: not store,
              ax_tput: not loads, ax_lat: not loads, ax_err: not loads}
     for ax, is_empty in empty.items():
         if is_empty:

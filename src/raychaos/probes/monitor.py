@@ -49,6 +49,7 @@ class Monitor:
         self.extra_sources: list[Callable[[], list[dict[str, Any]]]] = []
         self.cpu_seconds = 0.0
         self._events_since = clock.wall0
+        self.resources: dict[str, Any] = {}
 
     def start(self) -> None:
         for fn, name in ((self._sample_loop, "raychaos-gcs-sampler"),
@@ -66,7 +67,7 @@ class Monitor:
     def sample_once(self) -> dict[str, Any]:
         # a dead GCS refuses at once; a busy one (2 loaded cores) may need a second
         up = self.target.gcs_alive(timeout=1.0)
-        record: dict[str, Any] = {"gcs_up": up}
+        record: dict[str, Any] = {"gcs_up": up, **self.resources}
         if up:
             try:
                 nodes = self.target.nodes(timeout=max(0.1, self.interval_s))
@@ -131,5 +132,13 @@ class Monitor:
             if states:
                 self.job_states.update(states)
                 self.timeline.write("jobs", jobs=states)
+            texts = getattr(self.target, "metrics_texts", None)
+            if texts is not None:  # object store, spill and GPU capacity, once a second
+                from raychaos.probes.metrics import resource_snapshot
+
+                try:
+                    self.resources = resource_snapshot(texts())
+                except Exception as exc:
+                    self.timeline.event("monitor_error", "metrics", error=repr(exc))
             self._poll_jobs()
             self.cpu_seconds += time.thread_time() - cpu0

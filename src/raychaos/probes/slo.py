@@ -148,6 +148,18 @@ def metric_value(slo: SloSpec, records: list[dict[str, Any]],
         return (m["throughput"] / base if base else None), evidence
     if slo.metric in ("p95_latency_ms", "p99_latency_ms"):
         return m[slo.metric.split("_")[0] + "_ms"], evidence
+    rows = _in(records, wins[slo.window], slo.load)
+    if slo.metric == "checksum_errors":
+        counted = [r for r in rows if "checksum_errors" in r]
+        return (sum(r["checksum_errors"] for r in counted) if counted else None), evidence
+    if slo.metric == "gpu_stranded_frac":
+        vals = [r["gpu_stranded_frac"] for r in rows if r.get("gpu_stranded_frac") is not None]
+        return (sum(vals) / len(vals) if vals else None), evidence
+    if slo.metric == "spilled_mb":
+        lo, hi = wins[slo.window]
+        vals = [r["spilled_mb"] for r in records if r.get("kind") == "sample"
+                and lo <= r["t"] < hi and r.get("spilled_mb") is not None]
+        return (max(vals) if vals else None), {"samples": len(vals)}
     return None, {"note": f"unknown metric {slo.metric}"}
 
 

@@ -98,7 +98,7 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
             if mode == "netns":
                 ip, netns = self.net.address(index), self.net.netns(name)
                 mount = f"/tmp/rc-{self.net.tag}"
-                ports = {"gcs": 6379, "dashboard": 8265}
+                ports = {"gcs": 6379, "dashboard": 8265, "metrics": 8080}
             else:
                 ip, netns = "127.0.0.1", None
                 mount = f"/tmp/rc-{self.net.tag}-{index}"
@@ -337,6 +337,23 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
                 gpus=float(resources.get("GPU", 0.0)), cpus=float(resources.get("CPU", 0.0)),
                 labels={k: v for k, v in dict(info.labels).items()}))
         return out
+
+    def metrics_texts(self, timeout: float = 0.5) -> list[str]:
+        """Each alive node's Prometheus metrics (object store, spill, resources)."""
+        import urllib.request
+
+        port = 8080 if self.mode == "netns" else None
+        texts = []
+        for plan in self._plan_from_file():
+            p = plan.ports.get("metrics", port)
+            if not p:
+                continue
+            try:
+                with urllib.request.urlopen(f"http://{plan.ip}:{p}/metrics", timeout=timeout) as r:
+                    texts.append(r.read().decode(errors="replace"))
+            except OSError:
+                continue
+        return texts
 
     def cluster_events(self, since: float) -> list[dict[str, Any]]:
         """What the supervisor did after ``since`` (node exits, restarts, pulls), oldest first."""
