@@ -35,7 +35,7 @@ def main() -> None:
             before = len(fake.requests)
             t0 = time.perf_counter()
             record: dict = {}
-            ev = target.drain_nodes(record, count=NODES, deadline_s=60)
+            ev = target.drain_nodes(record=record, count=NODES, deadline_s=60)
             wall = time.perf_counter() - t0
             n_req = len(fake.requests) - before
             evicted = len(ev["evicted"])

@@ -45,6 +45,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="take the local cluster down afterwards if this run started it")
     r.add_argument("--quiet", action="store_true", help="only the essentials (CI)")
     r.add_argument("--state-root", help=argparse.SUPPRESS)
+    k = r.add_argument_group("target (overrides the experiment's)")
+    k.add_argument("--target", choices=["local", "kubernetes"])
+    k.add_argument("--context", help="kubeconfig context")
+    k.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    k.add_argument("--namespace", help="namespace of the RayCluster")
+    k.add_argument("--cluster", help="RayCluster name")
+    k.add_argument("--dashboard-url", help="Ray dashboard URL (e.g. a port-forward)")
 
     v = sub.add_parser("validate", help="check experiment files without running anything")
     v.add_argument("experiments", nargs="+")
@@ -148,10 +155,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             from raychaos.runner import run_experiment_file
 
+            target = None
+            if args.target:
+                target = {"kind": args.target, "context": args.context,
+                          "kubeconfig": args.kubeconfig, "namespace": args.namespace,
+                          "cluster": args.cluster, "dashboard_url": args.dashboard_url}
             return run_experiment_file(args.experiment, slo=args.slo, results_root=args.results,
                                        state_root=args.state_root, keep_cluster=not args.down,
-                                       quiet=args.quiet,
-                                       dry_run=args.dry_run)
+                                       quiet=args.quiet, dry_run=args.dry_run, target=target)
         if args.command == "validate":
             return _validate(args)
         if args.command == "local":

@@ -105,10 +105,12 @@ def _raise_interrupt(signum: int, _frame: Any) -> None:
 def run_experiment_file(path: str | Path, *, slo: str | None = None,
                         results_root: str | None = None, state_root: str | None = None,
                         keep_cluster: bool = True, quiet: bool = False,
-                        dry_run: bool = False) -> int:
+                        dry_run: bool = False, target: dict[str, Any] | None = None) -> int:
     say = Progress(quiet)
     try:
         exp = load_experiment(path, slo)
+        if target:
+            exp = with_target(exp, target)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
@@ -172,6 +174,28 @@ def _second_signal(session: Any) -> Callable[[int, Any], None]:
     return handler
 
 
+def with_target(exp: Experiment, override: dict[str, Any]) -> Experiment:
+    """The experiment aimed at another target (``--target kubernetes --cluster ...``)."""
+    from dataclasses import replace
+
+    from raychaos.config import KubernetesSpec, TargetSpec
+    from raychaos.schema import Problems, build
+
+    problems = Problems("--target")
+    kind = override.get("kind", "local")
+    fields = {k: v for k, v in override.items() if k != "kind" and v is not None}
+    spec = exp.settings.target
+    if kind == "kubernetes":
+        k8s = build(KubernetesSpec, fields, problems, "kubernetes")
+        problems.raise_if_any()
+        spec = TargetSpec(kind="kubernetes", local=spec.local, kubernetes=k8s)
+    elif fields:
+        raise ConfigError(f"--target local takes no kubernetes options (got {sorted(fields)})")
+    else:
+        spec = replace(spec, kind="local")
+    return replace(exp, settings=replace(exp.settings, target=spec))
+
+
 def describe_plan(exp: Experiment) -> str:
     """What a run would do, without doing it (``--dry-run``)."""
     s = exp.settings
@@ -179,7 +203,9 @@ def describe_plan(exp: Experiment) -> str:
              f"target: {s.target.kind}" + (f" '{s.target.local.name}', {s.target.local.workers} "
                                            f"workers ({s.target.local.gpu_workers} with GPUs), "
                                            f"GCS storage {s.target.local.gcs_storage}"
-                                           if s.target.kind == "local" else ""),
+                                           if s.target.kind == "local" else
+                                           f" RayCluster '{s.target.kubernetes.cluster}' in "
+                                           f"namespace {s.target.kubernetes.namespace}"),
              f"loads: {', '.join(f'{x.name} ({x.kind}: {x.script})' for x in s.loads) or 'none'}",
              f"sentinel actor: {'yes' if s.sentinel else 'no'}",
              "method:"]

@@ -63,6 +63,8 @@ class Session:
                 self.started_cluster = True
         target.connect()
         run_id = f"{self.run_dir.name}-{uuid.uuid4().hex[:6]}"
+        if hasattr(target, "run_id"):  # objects a target creates carry the run's id as a label
+            target.run_id = run_id
         ledger = Ledger(self.run_dir / "ledger.json", run_id, target.describe())
         run = Run(run_id=run_id, run_dir=self.run_dir, settings=settings, target=target,
                   clock=clock, timeline=timeline, ledger=ledger, title=exp.title,

@@ -47,6 +47,26 @@ def run_job(target: Target, entrypoint: str, timeout: float = 120.0) -> tuple[st
     return status, lines
 
 
+def _progress(run: Any, names: list[str], timeout_s: float, recent_s: float = 15.0
+              ) -> dict[str, dict[str, Any]]:
+    """For each load: did it complete work within ``recent_s`` (waiting up to ``timeout_s``)?"""
+    from raychaos.results import read_timeline
+
+    deadline = time.monotonic() + timeout_s
+    out: dict[str, dict[str, Any]] = {}
+    while True:
+        now = run.clock.t()
+        last: dict[str, float] = {}
+        for r in read_timeline(run.timeline.path):
+            if r.get("kind") == "load" and r.get("count", 0) > 0:
+                last[r.get("load")] = max(last.get(r.get("load"), 0.0), r["t"])
+        out = {n: {"last_progress_s_ago": round(now - last[n], 1) if n in last else None,
+                   "progressing": n in last and now - last[n] <= recent_s} for n in names}
+        if all(v["progressing"] for v in out.values()) or time.monotonic() > deadline:
+            return out
+        time.sleep(1.0)
+
+
 def job_survival(timeout_s: float = 90.0) -> dict[str, Any]:
     """Every load job submitted before the fault is RUNNING or SUCCEEDED now.
 
@@ -64,8 +84,13 @@ def job_survival(timeout_s: float = 90.0) -> dict[str, Any]:
                 time.monotonic() > deadline:
             break
         time.sleep(1.0)
-    survived = [n for n, s in states.items() if s in SURVIVED]
-    evidence = {"jobs": {n: {"job_id": jobs[n], "status": s} for n, s in states.items()},
+    # RUNNING is not enough: a job whose driver's node died can read RUNNING for a while. A
+    # running load must also be making progress (a stats line with completions lately).
+    progress = _progress(run, [n for n, s in states.items() if s == "RUNNING"], timeout_s)
+    survived = [n for n, s in states.items() if s == "SUCCEEDED" or (
+        s == "RUNNING" and progress.get(n, {}).get("progressing", True))]
+    evidence = {"jobs": {n: {"job_id": jobs[n], "status": s, **progress.get(n, {})}
+                         for n, s in states.items()},
                 "survived": len(survived), "total": len(jobs),
                 "ratio": len(survived) / len(jobs) if jobs else None,
                 "lost": sorted(set(jobs) - set(survived))}

@@ -30,6 +30,17 @@ from raychaos.targets.k8s_safety import (
 __all__ = ["KubernetesTarget"]
 
 
+def _label_selector(selector: dict[str, str] | str | None) -> str | None:
+    if isinstance(selector, dict):
+        return ",".join(f"{k}={v}" for k, v in selector.items()) or None
+    return selector
+
+
+def _tc_rate(bps: float) -> str:
+    """tc's rate syntax for bits per second (kbit below 1 Mbit)."""
+    return f"{max(1, round(bps / 1e6))}mbit" if bps >= 1e6 else f"{max(1, round(bps / 1e3))}kbit"
+
+
 class KubernetesTarget:
     """A KubeRay RayCluster in one namespace. See :class:`raychaos.targets.base.Target`."""
 
@@ -179,6 +190,16 @@ class KubernetesTarget:
                    on_driver_node: bool = True, metadata: dict[str, str] | None = None) -> str:
         """Submit via the Jobs API; ``on_driver_node`` is ignored (KubeRay places drivers)."""
         body: dict[str, Any] = {"entrypoint": entrypoint, "metadata": metadata or {}}
+        if working_dir and not working_dir.startswith(("gcs://", "s3://", "gs://", "https://")):
+            # a folder on this machine: Ray's own client uploads it to the cluster first
+            from ray.job_submission import JobSubmissionClient
+
+            try:
+                return str(JobSubmissionClient(self.dashboard_url()).submit_job(
+                    entrypoint=entrypoint, runtime_env={"working_dir": working_dir},
+                    metadata=metadata or {}))
+            except Exception as exc:
+                raise TargetUnavailable(f"Jobs API at {self.dashboard_url()}: {exc}") from exc
         if working_dir:
             body["runtime_env"] = {"working_dir": working_dir}
         return str(self._http("POST", "/api/jobs/", body)["submission_id"])
@@ -210,31 +231,74 @@ class KubernetesTarget:
     def wait_head_back(self, old: dict[str, Any], timeout: float) -> dict[str, Any]:
         return k8s_head.wait_head_back(self._api(), self.ns, self.cluster, old, timeout)
 
-    def drain_nodes(self, record: dict[str, Any], selector: str | None = None,
-                    count: int | None = None, evict: bool = True,
-                    deadline_s: float = 60.0) -> dict[str, Any]:
-        """Cordon nodes (by label ``selector`` or ``count`` GPU nodes) and evict Ray pods."""
-        return k8s_drain.drain_nodes(
-            self._api(), self.ns, self.cluster, self.run_id, record, selector=selector,
-            count=count, evict=evict, deadline_s=deadline_s,
-            max_nodes=self.spec.max_nodes_at_once)
+    # The fault-facing signatures are the local target's: one experiment file drives both.
+    def select_drain_victims(self, count: int | None, selector: Any) -> list[Any]:
+        """Drains select and check their nodes before cordoning anything (NothingMatched)."""
+        return []
 
-    def throttle_registry_pulls(self, rate: str, nodes: list[str], registry_hosts: list[str],
-                                record: dict[str, Any], image: str = k8s_network.TOOL_IMAGE
-                                ) -> dict[str, Any]:
-        """Limit download ``rate`` (tc units, e.g. ``5mbit``) from ``registry_hosts`` on
-        ``nodes`` with a privileged hostNetwork DaemonSet running ``image``."""
+    def drain_nodes(self, count: int | None = 1, selector: dict[str, str] | str | None = None,
+                    deadline_s: float = 60.0, reason: str = "preemption", replace: bool = True,
+                    replace_delay_s: float = 0.0, record: dict[str, Any] | None = None,
+                    evict: bool = True) -> dict[str, Any]:
+        """Cordon nodes (by label ``selector`` or ``count`` GPU nodes) and evict their Ray pods
+        through the Eviction API; KubeRay recreates the evicted workers elsewhere (``replace``
+        and ``replace_delay_s`` are the operator's business on Kubernetes)."""
+        record = {} if record is None else record
+        ev = k8s_drain.drain_nodes(
+            self._api(), self.ns, self.cluster, self.run_id, record,
+            selector=_label_selector(selector), count=None if selector else count, evict=evict,
+            deadline_s=deadline_s, max_nodes=self.spec.max_nodes_at_once)
+        ev.setdefault("reason", reason)
+        return ev
+
+    def throttle_registry_pulls(self, rate_bps: float, latency_ms: float = 0.0,
+                                error_rate: float = 0.0, image_mb: float = 0.0,
+                                restart_workers: list[str] | None = None,
+                                record: dict[str, Any] | None = None,
+                                nodes: list[str] | None = None,
+                                registry_hosts: list[str] | None = None,
+                                image: str = k8s_network.TOOL_IMAGE) -> dict[str, Any]:
+        """Limit download rate from the registry hosts (the RayCluster's images' registries
+        unless given) on ``nodes`` (the nodes running Ray pods unless given) with a privileged
+        hostNetwork DaemonSet running ``tc``."""
+        if latency_ms or error_rate or restart_workers:
+            raise ConfigError("throttle_registry_pulls: latency_ms, error_rate and "
+                              "restart_workers are not supported on the kubernetes target "
+                              "(tc rate shaping only); leave them at their defaults")
+        record = {} if record is None else record
         return k8s_network.throttle_registry_pulls(
-            self._api(), self.ns, self.run_id, record, rate=rate, nodes=nodes,
-            registry_hosts=registry_hosts, image=image)
+            self._api(), self.ns, self.run_id, record, rate=_tc_rate(rate_bps),
+            nodes=nodes or self._ray_node_names(), image=image,
+            registry_hosts=registry_hosts or self._registry_hosts())
 
-    def saturate_network(self, record: dict[str, Any], nodes: list[str] | None = None,
-                         rate: str = "10mbit", duration_s: int = 60,
+    def saturate_network(self, nodes: list[str] | None = None, bandwidth_bps: float = 0.0,
+                         loss_pct: float = 0.0, latency_ms: float = 0.0, flood: bool = True,
+                         partition: bool = False, flood_s: float = 120.0,
+                         record: dict[str, Any] | None = None,
                          image: str = k8s_network.IPERF_IMAGE) -> dict[str, Any]:
-        """Chaos Mesh NetworkChaos (bandwidth) on Ray pods if installed, else iperf3 pairs."""
+        """Chaos Mesh NetworkChaos (bandwidth) on the Ray pods if installed, else iperf3 pod
+        pairs pinned to ``nodes`` (Kubernetes node names) to saturate their links."""
+        if loss_pct or latency_ms or partition:
+            raise ConfigError("saturate_network: loss_pct, latency_ms and partition are not "
+                              "supported on the kubernetes target yet (bandwidth and flood "
+                              "only); leave them at their defaults")
+        record = {} if record is None else record
         return k8s_network.saturate_network(
-            self._api(), self.ns, self.cluster, self.run_id, record, nodes=nodes, rate=rate,
-            duration_s=duration_s, image=image)
+            self._api(), self.ns, self.cluster, self.run_id, record, nodes=nodes or None,
+            rate=_tc_rate(bandwidth_bps or 10e6), duration_s=int(flood_s), image=image)
+
+    def _ray_node_names(self) -> list[str]:
+        return sorted({p["spec"].get("nodeName") for p in self._ray_pods()
+                       if p["spec"].get("nodeName")})
+
+    def _registry_hosts(self) -> list[str]:
+        hosts = set()
+        for pod in self._ray_pods():
+            for c in pod["spec"].get("containers", []):
+                first = c.get("image", "").split("/")[0]
+                hosts.add(first if ("." in first or ":" in first) and "/" in c.get("image", "")
+                          else "registry-1.docker.io")
+        return sorted(hosts)
 
     def image_pull_seconds(self) -> list[float]:
         """Durations of image pulls the kubelet reported (``Pulled`` events) in the namespace."""
