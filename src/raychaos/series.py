@@ -119,7 +119,7 @@ def run_trials(experiment: str | Path, trials: int, *, slo: str | None = None,
         for i in range(trials):
             say(f"trial {i + 1}/{trials}: {experiment}")
             outcome = run(experiment, slo=slo, results_root=folder, state_root=state_root,
-                          keep_cluster=keep_cluster or i + 1 < trials, quiet=quiet)
+                          keep_cluster=keep_cluster, quiet=quiet)
             codes.append(outcome.exit_code)
             if outcome.run_dir is None:  # bad input: nothing ran, nothing will
                 if not any(folder.iterdir()):
