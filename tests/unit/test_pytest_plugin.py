@@ -143,3 +143,13 @@ def test_bad_experiment_and_bad_target_are_one_sentence_each(project: pytest.Pyt
     result = project.runpytest(*PLUGIN, *FAKE, "--raychaos", "experiments/head-kill.yaml",
                                "--raychaos-target", "{kind: moon}")
     result.stderr.fnmatch_lines(["*--raychaos-target: kind: expected one of*"])
+
+
+def test_entry_point_is_named_after_its_module() -> None:
+    """So ``-p raychaos.pytest_plugin`` on an installed copy is a no-op, not a second
+    registration (pluggy refuses one module under two names)."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"]["pytest11"] == {
+        "raychaos.pytest_plugin": "raychaos.pytest_plugin"}
