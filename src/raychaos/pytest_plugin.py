@@ -105,12 +105,13 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 
 def _target(config: pytest.Config) -> Any:
-    from raychaos.config import TargetSpec
-    from raychaos.schema import Problems, build
-
+    """The ``--raychaos-target`` mapping as a TargetSpec (None when not given)."""
     raw = config.getoption("raychaos_target")
     if not raw:
         return None
+    from raychaos.config import TargetSpec
+    from raychaos.schema import Problems, build
+
     text = Path(raw).read_text(encoding="utf-8") if Path(raw).is_file() else raw
     try:
         data = yaml.safe_load(text)
