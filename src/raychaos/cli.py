@@ -1,6 +1,8 @@
 """The ``raychaos`` command line.
 
-    raychaos run EXPERIMENT [--slo FILE] [--dry-run] [--down] [--quiet]
+    raychaos run EXPERIMENT [--slo FILE] [--trials N] [--dry-run] [--down] [--quiet]
+    raychaos gameday PLAN [--results DIR] [--quiet]
+    raychaos schedule PLAN --cron "0 3 * * 1" [--namespace N] [--image I] [-o FILE]
     raychaos validate EXPERIMENT...
     raychaos local up|down|status [--name NAME] [--workers N] [--gpu-workers N]
     raychaos rollback RESULTS_DIR
@@ -20,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from raychaos import __version__
-from raychaos.errors import RaychaosError
+from raychaos.errors import ConfigError, RaychaosError
 
 __all__ = ["main"]
 
@@ -43,7 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--dry-run", action="store_true", help="validate and print the plan only")
     r.add_argument("--down", action="store_true",
                    help="take the local cluster down afterwards if this run started it")
-    r.add_argument("--quiet", action="store_true", help="only the essentials (CI)")
+    r.add_argument("--trials", type=_positive_int, default=1, metavar="N",
+                   help="run it N times and print the distribution of every SLO (p50/p95/max, "
+                        "pass rate); runs and trials.json go to one folder; exit code is the "
+                        "worst of the runs")
+    r.add_argument("--quiet", action="store_true",
+                   help="phase lines, errors and the verdict only (CI); when stdout is not a "
+                        "terminal the monitor line is printed every 30 s instead of every 5 s")
     r.add_argument("--state-root", help=argparse.SUPPRESS)
     k = r.add_argument_group("target (overrides the experiment's)")
     k.add_argument("--target", choices=["local", "kubernetes"])
@@ -52,6 +60,36 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--namespace", help="namespace of the RayCluster")
     k.add_argument("--cluster", help="RayCluster name")
     k.add_argument("--dashboard-url", help="Ray dashboard URL (e.g. a port-forward)")
+
+    g = sub.add_parser("gameday", help="run a game-day plan: its experiments in order, with "
+                                       "cooldowns, and one index.html",
+                       description="Run the experiments of a game-day plan "
+                                   "(experiments/gamedays/*.yaml) one after another with the "
+                                   "plan's cooldowns; on_failure: stop ends the game day at the "
+                                   "first run that does not pass. Every run's folder and "
+                                   "index.html go into results/<utc>-gameday-<name>/. The exit "
+                                   "code is the worst of the runs.")
+    g.add_argument("plan", help="game-day plan file (YAML)")
+    g.add_argument("--results", default="results", help="results root folder (default: results/)")
+    g.add_argument("--quiet", action="store_true", help="phase lines, errors and verdicts only")
+    g.add_argument("--state-root", help=argparse.SUPPRESS)
+
+    sch = sub.add_parser("schedule", help="print Kubernetes manifests (CronJob + RBAC) that run "
+                                          "a game day on a schedule",
+                         description="Validate a game-day plan and print a ServiceAccount, Role, "
+                                     "RoleBinding and CronJob that run `raychaos gameday PLAN` "
+                                     "on the cron schedule, results on a PVC; pipe into "
+                                     "`kubectl apply -f -`.")
+    sch.add_argument("plan", help="game-day plan file (YAML), as its path inside the image")
+    sch.add_argument("--cron", required=True, help='five-field schedule, e.g. "0 3 * * 1"')
+    sch.add_argument("--namespace", default="raychaos", help="namespace (default: raychaos)")
+    sch.add_argument("--image", default=f"raychaos:{__version__}",
+                     help="an image you built with raychaos installed and this repository at "
+                          "/app (default: %(default)s)")
+    sch.add_argument("--pvc", default="raychaos-results",
+                     help="existing PersistentVolumeClaim for results (default: raychaos-results)")
+    sch.add_argument("--time-zone", help="CronJob time zone, e.g. Etc/UTC")
+    sch.add_argument("-o", "--output", help="write the manifests to FILE instead of stdout")
 
     v = sub.add_parser("validate", help="check experiment files without running anything")
     v.add_argument("experiments", nargs="+")
@@ -77,6 +115,58 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="list the experiments in experiments/")
     return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.trials > 1 and not args.dry_run:
+        from raychaos.series import run_trials
+
+        code, _folder = run_trials(args.experiment, args.trials, slo=args.slo,
+                                   results_root=args.results or "results",
+                                   state_root=args.state_root, keep_cluster=not args.down,
+                                   quiet=args.quiet)
+        return code
+    from raychaos.runner import run_experiment_file
+
+    target = None
+    if args.target:
+        target = {"kind": args.target, "context": args.context, "kubeconfig": args.kubeconfig,
+                  "namespace": args.namespace, "cluster": args.cluster,
+                  "dashboard_url": args.dashboard_url}
+    return run_experiment_file(args.experiment, slo=args.slo, results_root=args.results,
+                               state_root=args.state_root, keep_cluster=not args.down,
+                               quiet=args.quiet, dry_run=args.dry_run, target=target)
+
+
+def _gameday(args: argparse.Namespace) -> int:
+    from raychaos.series import run_gameday
+
+    code, _folder = run_gameday(args.plan, results_root=args.results,
+                                state_root=args.state_root, quiet=args.quiet)
+    return code
+
+
+def _schedule(args: argparse.Namespace) -> int:
+    from raychaos.gameday import render_yaml, schedule_manifests
+
+    text = render_yaml(schedule_manifests(args.plan, args.cron, args.namespace, args.image,
+                                          pvc_name=args.pvc, time_zone=args.time_zone))
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def _local(args: argparse.Namespace) -> int:
@@ -153,16 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "run":
-            from raychaos.runner import run_experiment_file
-
-            target = None
-            if args.target:
-                target = {"kind": args.target, "context": args.context,
-                          "kubeconfig": args.kubeconfig, "namespace": args.namespace,
-                          "cluster": args.cluster, "dashboard_url": args.dashboard_url}
-            return run_experiment_file(args.experiment, slo=args.slo, results_root=args.results,
-                                       state_root=args.state_root, keep_cluster=not args.down,
-                                       quiet=args.quiet, dry_run=args.dry_run, target=target)
+            return _run(args)
+        if args.command == "gameday":
+            return _gameday(args)
+        if args.command == "schedule":
+            return _schedule(args)
         if args.command == "validate":
             return _validate(args)
         if args.command == "local":
@@ -180,6 +265,11 @@ def main(argv: list[str] | None = None) -> int:
             return _compare(args)
         if args.command == "list":
             return _list()
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        print("nothing was started.", file=sys.stderr)
+        return 2
     except RaychaosError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

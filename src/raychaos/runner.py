@@ -14,24 +14,45 @@ import sys
 import threading
 import time
 from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from raychaos.config import TargetSpec
 from raychaos.errors import ConfigError, Interrupted, RaychaosError
 from raychaos.experiment import Experiment, load_experiment
 
-__all__ = ["run_experiment_file", "verdict_table", "Progress"]
+__all__ = ["Progress", "RunOutcome", "run_experiment", "run_experiment_file",
+           "verdict_table"]
 
 
 class Progress:
-    """Timestamped progress lines; quiet mode keeps only the essentials."""
+    """Timestamped progress lines, as chatty as the place they are read in.
 
-    def __init__(self, quiet: bool = False, stream: Any = None):
+    Three kinds of line: *essential* (experiment, results folder, errors, verdict), *phase*
+    (hypothesis, method, rollbacks) and *detail* (each activity, set-up steps). ``quiet``
+    keeps essential and phase lines. A CI log (stdout not a TTY) keeps everything but prints
+    the periodic monitor line every 30 s instead of every 5 s: a 10-minute run should not add
+    120 near-identical lines to a build log.
+    """
+
+    def __init__(self, quiet: bool = False, stream: Any = None, tty: bool | None = None):
         self.quiet = quiet
         self.stream = stream or sys.stdout
+        if tty is None:
+            isatty = getattr(self.stream, "isatty", None)
+            tty = bool(isatty and isatty())
+        self.tty = tty
         self.t0 = time.monotonic()
 
-    def __call__(self, message: str, essential: bool = False) -> None:
-        if self.quiet and not essential:
+    @property
+    def tick_every_s(self) -> float | None:
+        """Seconds between monitor lines; None: no monitor lines at all."""
+        if self.quiet:
+            return None
+        return 5.0 if self.tty else 30.0
+
+    def __call__(self, message: str, essential: bool = False, phase: bool = False) -> None:
+        if self.quiet and not (essential or phase):
             return
         self.stream.write(f"[{time.monotonic() - self.t0:7.1f}s] {message}\n")
         self.stream.flush()
@@ -54,23 +75,23 @@ def _ticker(session: Any, say: Callable[[str], None], stop: threading.Event,
 class _EventPrinter:
     """A Chaos Toolkit event handler printing each activity as it starts and ends."""
 
-    def __init__(self, say: Callable[[str], None]):
+    def __init__(self, say: Progress):
         from chaoslib.run import RunEventHandler
 
         printer = self
 
         class Handler(RunEventHandler):  # type: ignore[misc]
             def start_hypothesis_before(self, experiment: Any) -> None:
-                printer.say("steady state: checking the hypothesis")
+                printer.say("steady state: checking the hypothesis", phase=True)
 
             def start_method(self, experiment: Any) -> None:
-                printer.say("method: injecting faults")
+                printer.say("method: injecting faults", phase=True)
 
             def start_rollbacks(self, experiment: Any) -> None:
-                printer.say("rollbacks")
+                printer.say("rollbacks", phase=True)
 
             def start_hypothesis_after(self, experiment: Any) -> None:
-                printer.say("steady state: checking the hypothesis again")
+                printer.say("steady state: checking the hypothesis again", phase=True)
 
             def start_activity(self, activity: Any) -> None:
                 printer.say(f"  {activity.get('type')} {activity.get('name')} ...")
@@ -102,23 +123,48 @@ def _raise_interrupt(signum: int, _frame: Any) -> None:
     raise Interrupted(signal.Signals(signum).name)
 
 
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a caller that runs several experiments (game days, trials, pytest) needs back."""
+
+    exit_code: int
+    run_dir: Path | None = None  # None: nothing was started (bad input, dry run)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
 def run_experiment_file(path: str | Path, *, slo: str | None = None,
                         results_root: str | None = None, state_root: str | None = None,
                         keep_cluster: bool = True, quiet: bool = False,
-                        dry_run: bool = False, target: dict[str, Any] | None = None) -> int:
+                        dry_run: bool = False,
+                        target: TargetSpec | dict[str, Any] | None = None) -> int:
+    """``raychaos run``: run one experiment file and return its exit code."""
+    return run_experiment(path, slo=slo, results_root=results_root, state_root=state_root,
+                          keep_cluster=keep_cluster, quiet=quiet, dry_run=dry_run,
+                          target=target).exit_code
+
+
+def run_experiment(path: str | Path, *, slo: str | None = None,
+                   results_root: str | Path | None = None, state_root: str | Path | None = None,
+                   keep_cluster: bool = True, quiet: bool = False, dry_run: bool = False,
+                   target: TargetSpec | dict[str, Any] | None = None) -> RunOutcome:
+    """Run one experiment; ``target`` (a game day's spec, or command-line options as a dict)
+    replaces the experiment's own target."""
     say = Progress(quiet)
     try:
         exp = load_experiment(path, slo)
-        if target:
+        if isinstance(target, dict):
             exp = with_target(exp, target)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
         print("nothing was started.", file=sys.stderr)
-        return 2
+        return RunOutcome(2, None, {"verdict": "error", "exit_code": 2, "status": "invalid",
+                                    "errors": list(exc.problems)})
+    if isinstance(target, TargetSpec):
+        exp = replace(exp, settings=replace(exp.settings, target=target))
     if dry_run:
         print(describe_plan(exp))
-        return 0
+        return RunOutcome(0)
     from raychaos.session import Session
 
     session = Session(exp, results_root=results_root, state_root=state_root,
@@ -131,12 +177,14 @@ def run_experiment_file(path: str | Path, *, slo: str | None = None,
         say(f"experiment: {exp.title}", essential=True)
         session.start()
         say(f"results: {session.run_dir}", essential=True)
-        threading.Thread(target=_ticker, args=(session, say, stop, 5.0), daemon=True).start()
-        from chaoslib.experiment import run_experiment
+        if say.tick_every_s is not None:
+            threading.Thread(target=_ticker, args=(session, say, stop, say.tick_every_s),
+                             daemon=True).start()
+        from chaoslib.experiment import run_experiment as run_chaos
 
         data = dict(exp.data)
         data.setdefault("runtime", {"rollbacks": {"strategy": "always"}})
-        journal = run_experiment(data, settings={}, event_handlers=[_EventPrinter(say).handler])
+        journal = run_chaos(data, settings={}, event_handlers=[_EventPrinter(say).handler])
     except Interrupted as exc:
         status, error = "interrupted", exc
         say(f"interrupted by {exc.signame}: rolling back", essential=True)
@@ -161,7 +209,7 @@ def run_experiment_file(path: str | Path, *, slo: str | None = None,
         print(f"error: {err}", file=sys.stderr)
     print(f"\nverdict: {summary['verdict'].upper()}  (exit {summary['exit_code']})  "
           f"results: {session.run_dir}")
-    return int(summary["exit_code"])
+    return RunOutcome(int(summary["exit_code"]), session.run_dir, summary)
 
 
 def _second_signal(session: Any) -> Callable[[int, Any], None]:

@@ -89,12 +89,19 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     proc = subprocess.run(
         [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu",
          "--disable-background-networking", "--disable-component-update", "--no-first-run",
+         "--disable-sync",
          f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1200,2000",
          report.resolve().as_uri()],
         capture_output=True, timeout=60, check=False)
     assert shot.exists(), proc.stderr.decode(errors="replace")[-2000:]
     with Image.open(shot) as img:
         colours = img.convert("L").getcolors(maxcolors=1 << 16) or []
+        rgb = img.convert("RGB").getcolors(maxcolors=1 << 24) or []
+    # The timeline plot is drawn: its GCS lane is a wide green bar with a red gap (tens of
+    # thousands of pixels; the pass/fail badges alone are a few thousand).
+    green = sum(n for n, (r, g, b) in rgb if g > r + 60 and g > b + 60)
+    red = sum(n for n, (r, g, b) in rgb if r > g + 80 and r > b + 80)
+    assert green > 30_000 and red > 8_000, f"no timeline plot? green {green}, red {red}"
     total = sum(n for n, _ in colours)
     commonest = max((n for n, _ in colours), default=total)
     # A blank or failed render is one flat colour; text, tables and badges are not.

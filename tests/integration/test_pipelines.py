@@ -1,0 +1,101 @@
+"""The pipeline path end to end: the real head-kill experiment run once through the pytest
+plugin against a local Ray cluster, read back as per-SLO JUnit test cases, then compared
+with a copy of itself carrying a planted regression.
+
+pytest runs in a subprocess (as in CI: ``pytest -p raychaos.pytest_plugin --raychaos ...``)
+and reuses this module's cluster through ``--raychaos-state-root``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from raychaos import cli
+from raychaos.config import LocalClusterSpec
+from raychaos.targets.local import LocalTarget
+
+from ._experiments import REPO, raychaos_block, variant
+
+NAME = "plpipe"
+SLOS = ["gcs-recovers-fast", "workers-reregister", "sentinel-actor-preserved",
+        "load-jobs-survive", "task-failures-during-chaos"]
+PROBES = ["gcs_recovery", "sentinel_preserved", "job_survival"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("state")
+    target = LocalTarget(LocalClusterSpec(name=NAME, head_restart_delay_s=1), state_root=root)
+    try:
+        target.up()
+        yield target, root
+    finally:
+        target.down()
+        assert target.leftovers() == {"processes": [], "namespaces": [], "links": [],
+                                      "state_dir": []}
+
+
+def test_head_kill_through_the_plugin_then_compare(cluster, pytester: pytest.Pytester,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    target, root = cluster
+
+    def edit(data):
+        block = raychaos_block(data)
+        block["target"]["local"]["name"] = NAME
+        block["monitor"]["recovery_window_s"] = 3
+        block["slo_profile"] = str(REPO / block["slo_profile"])
+        for load in block["loads"]:
+            load["script"] = str(REPO / load["script"])
+
+    exp = variant("experiments/head-kill.yaml", pytester.path / "head-kill.yaml", edit)
+    results, xml = pytester.path / "results", pytester.path / "junit.xml"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(REPO / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    before = target.head_identity()
+    result = pytester.runpytest_subprocess(
+        "-p", "raychaos.pytest_plugin", "--raychaos", str(exp), "-v",
+        "--raychaos-results", str(results), "--raychaos-state-root", str(root),
+        f"--junitxml={xml}", timeout=800)
+    out = "\n".join(result.outlines[-60:])
+    assert result.ret == 0, out
+    result.assert_outcomes(passed=1 + len(SLOS) + len(PROBES))
+
+    [run_dir] = list(results.iterdir())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    # proof the chaos happened: the head was killed and a new one took its place
+    [fault] = summary["faults"]
+    assert fault["evidence"]["landed"] and fault["evidence"]["old"]["pid"] == before["pid"]
+    assert target.head_identity()["pid"] != before["pid"]
+
+    cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
+    expected = {"run", *(f"slo[{n}]" for n in SLOS), *(f"probe[{n}]" for n in PROBES)}
+    assert set(cases) == expected, sorted(cases)
+    for name, case in cases.items():
+        assert case.find("failure") is None and case.find("error") is None, name
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        assert props["run_dir"] == str(run_dir), name
+    measured = {s["name"]: s["value"] for s in summary["slos"]}
+    props = {p.get("name"): p.get("value") for p in cases["slo[gcs-recovers-fast]"].iter(
+        "property")}
+    assert float(props["value"]) == measured["gcs-recovers-fast"]
+
+    # the same run against itself: no regression; against a slower copy: exit 1
+    assert cli.main(["compare", str(run_dir), str(run_dir)]) == 0
+    slower = pytester.path / "slower"
+    shutil.copytree(run_dir, slower)
+    planted = json.loads((slower / "summary.json").read_text())
+    for s in planted["slos"]:
+        if s["name"] == "gcs-recovers-fast":
+            s["value"] = s["value"] * 3 + 1.0  # far beyond the 20 % tolerance
+    (slower / "summary.json").write_text(json.dumps(planted))
+    capsys.readouterr()
+    assert cli.main(["compare", str(run_dir), str(slower)]) == 1
+    report = capsys.readouterr().out
+    assert "gcs-recovers-fast" in report and "regression" in report.lower(), report
