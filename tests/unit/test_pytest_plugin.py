@@ -34,7 +34,8 @@ def run(path, **kwargs):
 '''
 
 SLOS = ["gcs-recovers-fast", "workers-reregister", "sentinel-actor-preserved",
-        "load-jobs-survive", "task-failures-during-chaos"]
+        "load-jobs-survive", "task-failures-during-chaos", "serve-errors-during-chaos",
+        "serve-p95-after-recovery"]
 PROBES = ["gcs_recovery", "sentinel_preserved", "job_survival"]
 
 
@@ -57,6 +58,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     """A copy of the catalog's head-kill experiment, its SLO profile and load script, the
     weekly game-day plan (not an experiment), and the fake runner."""
     for rel in ("experiments/head-kill.yaml", "probes/slo-local.yaml", "loads/task_storm.py",
+                "probes/slo-local-serve.yaml", "loads/serve_users.py", "probes/slo-faults-local.yaml",
                 "experiments/gamedays/weekly.yaml", "experiments/gpu-node-drain.yaml",
                 "probes/slo-faults-local.yaml"):
         (pytester.path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -99,7 +101,7 @@ def test_a_failing_slo_fails_pytest_with_value_and_threshold(project: pytest.Pyt
     result = project.runpytest(*PLUGIN, *FAKE, "--raychaos", "experiments/head-kill.yaml",
                                f"--junitxml={xml}")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.assert_outcomes(passed=7, failed=1, skipped=1)
+    result.assert_outcomes(passed=len(SLOS) + len(PROBES) - 1, failed=1, skipped=1)
     result.stdout.fnmatch_lines(["*gcs-recovers-fast: gcs_recovery_s over chaos measured 42, "
                                  "required <= 10.0*"])
     cases = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
