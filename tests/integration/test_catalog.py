@@ -41,7 +41,7 @@ def _run(name, cluster, tmp_path, slo=None):
     def edit(data):
         block = raychaos_block(data)
         block["target"] = {"kind": "local", "local": {"name": NAME, "head_restart_delay_s": 1}}
-        block["monitor"] = {"interval_s": 0.2, "settle_s": 3, "recovery_window_s": 4}
+        block["monitor"] = {"interval_s": 0.2, "settle_s": 3, "recovery_window_s": 10}
 
     exp = variant(f"experiments/{name}.yaml", tmp_path / f"{name}.yaml", edit)
     code = run_experiment_file(exp, slo=slo, results_root=str(tmp_path / "results"),
