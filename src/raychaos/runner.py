@@ -164,6 +164,14 @@ def run_experiment(path: str | Path, *, slo: str | None = None,
         exp = replace(exp, settings=replace(exp.settings, target=target))
     if dry_run:
         print(describe_plan(exp))
+        if exp.settings.target.kind == "kubernetes":
+            from raychaos.dryrun import kubernetes_plan
+
+            try:
+                print(kubernetes_plan(exp))
+            except RaychaosError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return RunOutcome(2)
         return RunOutcome(0)
     from raychaos.session import Session
 

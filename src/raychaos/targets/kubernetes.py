@@ -229,6 +229,8 @@ class KubernetesTarget:
         return k8s_head.kill_head(self._api(), self.ns, self.cluster, mode, record)
 
     def wait_head_back(self, old: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if self._api().gate.dry_run:  # nothing was deleted, so nothing will come back
+            return {"back": True, "dry_run": True, "new": old}
         return k8s_head.wait_head_back(self._api(), self.ns, self.cluster, old, timeout)
 
     # The fault-facing signatures are the local target's: one experiment file drives both.
