@@ -137,3 +137,9 @@ def test_slo_needing_a_probe_the_experiment_does_not_run(tmp_path, monkeypatch):
 """, "")
     found = problems_of(write(tmp_path, text))
     assert any("'job_survival_ratio' needs the job_survival probe" in p for p in found), found
+
+
+def test_every_slo_profile_loads():
+    for path in sorted((REPO / "probes").glob("*.yaml")):
+        profile = load_slo_profile(path)
+        assert profile.slos, path
