@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import yaml
 
@@ -24,3 +24,22 @@ def raychaos_block(data: dict[str, Any]) -> dict[str, Any]:
 def method_args(data: dict[str, Any], func: str) -> dict[str, Any]:
     act = next(a for a in data["method"] if a["provider"]["func"] == func)
     return act["provider"].setdefault("arguments", {})
+
+
+NOTHING_LEFT = {"processes": [], "namespaces": [], "links": [], "state_dir": []}
+
+
+def module_cluster(tmp_path_factory: Any, name: str) -> Iterator[tuple[Any, Path]]:
+    """A module's shared local cluster; always torn down, and the teardown proves nothing is
+    left (processes, namespaces, links, folders)."""
+    from raychaos.config import LocalClusterSpec
+    from raychaos.targets.local import LocalTarget
+
+    root = tmp_path_factory.mktemp("state")
+    target = LocalTarget(LocalClusterSpec(name=name, head_restart_delay_s=1), state_root=root)
+    try:
+        target.up()
+        yield target, root
+    finally:
+        target.down()
+        assert target.leftovers() == NOTHING_LEFT

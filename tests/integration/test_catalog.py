@@ -11,11 +11,9 @@ import json
 
 import pytest
 
-from raychaos.config import LocalClusterSpec
 from raychaos.runner import run_experiment_file
-from raychaos.targets.local import LocalTarget
 
-from ._experiments import REPO, raychaos_block, variant
+from ._experiments import REPO, module_cluster, raychaos_block, variant
 
 NAME = "itcat"
 CATALOG = ["gpu-node-drain", "registry-throttle", "network-saturation", "head-kill-slow-registry",
@@ -24,15 +22,7 @@ CATALOG = ["gpu-node-drain", "registry-throttle", "network-saturation", "head-ki
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    root = tmp_path_factory.mktemp("state")
-    target = LocalTarget(LocalClusterSpec(name=NAME, head_restart_delay_s=1), state_root=root)
-    try:
-        target.up()
-        yield target, root
-    finally:
-        target.down()
-        assert target.leftovers() == {"processes": [], "namespaces": [], "links": [],
-                                      "state_dir": []}
+    yield from module_cluster(tmp_path_factory, NAME)
 
 
 def _run(name, cluster, tmp_path, slo=None):

@@ -11,26 +11,16 @@ import os
 
 import pytest
 
-from raychaos.config import LocalClusterSpec
 from raychaos.runner import run_experiment_file
-from raychaos.targets.local import LocalTarget
 
-from ._experiments import REPO, method_args, raychaos_block, variant
+from ._experiments import REPO, module_cluster, method_args, raychaos_block, variant
 
 NAME = "ithk"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    root = tmp_path_factory.mktemp("state")
-    target = LocalTarget(LocalClusterSpec(name=NAME, head_restart_delay_s=1), state_root=root)
-    try:
-        target.up()
-        yield target, root
-    finally:
-        target.down()
-        assert target.leftovers() == {"processes": [], "namespaces": [], "links": [],
-                                      "state_dir": []}
+    yield from module_cluster(tmp_path_factory, NAME)
 
 
 def test_cluster_is_pods_with_a_gpu_worker(cluster):

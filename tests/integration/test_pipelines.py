@@ -17,28 +17,19 @@ from pathlib import Path
 import pytest
 
 from raychaos import cli
-from raychaos.config import LocalClusterSpec
-from raychaos.targets.local import LocalTarget
 
-from ._experiments import REPO, raychaos_block, variant
+from ._experiments import REPO, module_cluster, raychaos_block, variant
 
 NAME = "plpipe"
 SLOS = ["gcs-recovers-fast", "workers-reregister", "sentinel-actor-preserved",
-        "load-jobs-survive", "task-failures-during-chaos"]
+        "load-jobs-survive", "task-failures-during-chaos", "serve-errors-during-chaos",
+        "serve-p95-after-recovery"]
 PROBES = ["gcs_recovery", "sentinel_preserved", "job_survival"]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    root = tmp_path_factory.mktemp("state")
-    target = LocalTarget(LocalClusterSpec(name=NAME, head_restart_delay_s=1), state_root=root)
-    try:
-        target.up()
-        yield target, root
-    finally:
-        target.down()
-        assert target.leftovers() == {"processes": [], "namespaces": [], "links": [],
-                                      "state_dir": []}
+    yield from module_cluster(tmp_path_factory, NAME)
 
 
 def test_head_kill_through_the_plugin_then_compare(cluster, pytester: pytest.Pytester,
