@@ -59,3 +59,15 @@ def pytest_collection_modifyitems(config, items):
         for tier in ("unit", "integration", "k8s"):
             if tier in parts:
                 item.add_marker(getattr(pytest.mark, tier))
+
+
+def pytest_configure(config):
+    """SIGTERM (a CI timeout, a killed job) becomes KeyboardInterrupt, so module fixtures still
+    tear their Ray clusters, namespaces and qdiscs down instead of leaving them running."""
+    import signal
+
+    def _interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _interrupt)
