@@ -126,6 +126,31 @@ def read_timeline(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+class LedgerRecord(dict):  # type: ignore[type-arg]
+    """One fault's ledger entry that writes the whole ledger whenever a key is set.
+
+    Targets fill ``record["undo"]`` step by step while they act; a SIGKILL between two steps must
+    still leave on disk what the earlier steps changed, or ``raychaos rollback`` would undo nothing.
+    """
+
+    ledger: Ledger | None = None
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        checkpoint(self)
+
+
+def checkpoint(record: dict[str, Any]) -> None:
+    """Persist ``record`` now (write-ahead) when it belongs to a ledger; a no-op otherwise.
+
+    Targets call it after noting in ``record["undo"]`` what they are about to change and before
+    changing it, so the ledger on disk always covers what is applied.
+    """
+    ledger = getattr(record, "ledger", None)
+    if ledger is not None:
+        ledger.save()
+
+
 class Ledger:
     """Faults applied by a run, persisted before each acts, so a crash can be rolled back."""
 
@@ -157,7 +182,7 @@ class Ledger:
 
     def begin(self, fault: str, args: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
-            record = {
+            record = LedgerRecord({
                 "id": f"f{len(self.faults) + 1}",
                 "fault": fault,
                 "args": args,
@@ -166,7 +191,8 @@ class Ledger:
                 "evidence": {},
                 "error": None,
                 "started_at": time.time(),
-            }
+            })
+            record.ledger = self
             self.faults.append(record)
             self.save()
             return record

@@ -9,15 +9,15 @@ probe passed, 1 an SLO, probe or the hypothesis failed, 2 the run errored or was
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from raychaos.errors import ConfigError, Interrupted, RaychaosError
+from raychaos.errors import ConfigError, RaychaosError
 from raychaos.experiment import Experiment, load_experiment
+from raychaos.stopping import StopRequested, StopSwitch
 
 __all__ = ["run_experiment_file", "verdict_table", "Progress"]
 
@@ -54,12 +54,18 @@ def _ticker(session: Any, say: Callable[[str], None], stop: threading.Event,
 class _EventPrinter:
     """A Chaos Toolkit event handler printing each activity as it starts and ends."""
 
-    def __init__(self, say: Callable[[str], None]):
+    def __init__(self, say: Callable[[str], None], switch: StopSwitch | None = None):
         from chaoslib.run import RunEventHandler
 
         printer = self
 
         class Handler(RunEventHandler):  # type: ignore[misc]
+            def started(self, experiment: Any, journal: Any) -> None:
+                # chaoslib has just put its own SIGTERM/SIGUSR handlers in (they raise
+                # exceptions that activities swallow): ours again
+                if switch is not None:
+                    switch.install()
+
             def start_hypothesis_before(self, experiment: Any) -> None:
                 printer.say("steady state: checking the hypothesis")
 
@@ -98,10 +104,6 @@ def verdict_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _raise_interrupt(signum: int, _frame: Any) -> None:
-    raise Interrupted(signal.Signals(signum).name)
-
-
 def run_experiment_file(path: str | Path, *, slo: str | None = None,
                         results_root: str | None = None, state_root: str | None = None,
                         keep_cluster: bool = True, quiet: bool = False,
@@ -122,7 +124,8 @@ def run_experiment_file(path: str | Path, *, slo: str | None = None,
     session = Session(exp, results_root=results_root, state_root=state_root,
                       keep_cluster=keep_cluster, progress=say)
     logging.getLogger("chaostoolkit").setLevel(logging.WARNING)
-    old = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    switch = StopSwitch(lambda: _still_applied(session))
+    switch.install()
     journal, status, error = None, "completed", None
     stop = threading.Event()
     try:
@@ -130,14 +133,15 @@ def run_experiment_file(path: str | Path, *, slo: str | None = None,
         session.start()
         say(f"results: {session.run_dir}", essential=True)
         threading.Thread(target=_ticker, args=(session, say, stop, 5.0), daemon=True).start()
+        _start_abort_watch(session, switch, stop)
         from chaoslib.experiment import run_experiment
 
         data = dict(exp.data)
         data.setdefault("runtime", {"rollbacks": {"strategy": "always"}})
-        journal = run_experiment(data, settings={}, event_handlers=[_EventPrinter(say).handler])
-    except Interrupted as exc:
-        status, error = "interrupted", exc
-        say(f"interrupted by {exc.signame}: rolling back", essential=True)
+        journal = run_experiment(data, settings={},
+                                 event_handlers=[_EventPrinter(say, switch).handler])
+    except StopRequested:
+        pass  # the switch knows why; chaoslib lets it through only outside its own run
     except KeyboardInterrupt as exc:
         status, error = "interrupted", exc
     except RaychaosError as exc:
@@ -145,14 +149,14 @@ def run_experiment_file(path: str | Path, *, slo: str | None = None,
         say(f"error: {exc}", essential=True)
     finally:
         stop.set()
-        # a second signal must not skip the rollback silently: say what is still applied
-        signal.signal(signal.SIGINT, _second_signal(session))
-        signal.signal(signal.SIGTERM, _second_signal(session))
+        switch.rolling_back()  # a second signal must not skip the rollback silently
+        if switch.error is not None:
+            status, error = switch.status or "interrupted", switch.error
+            say(f"{switch.error}: rolling back", essential=True)
         try:
             summary = session.finish(journal, status, error)
         finally:
-            for s, handler in old.items():
-                signal.signal(s, handler)
+            switch.restore()
     print()
     print(verdict_table(summary))
     for err in summary.get("errors", []):
@@ -162,14 +166,27 @@ def run_experiment_file(path: str | Path, *, slo: str | None = None,
     return int(summary["exit_code"])
 
 
-def _second_signal(session: Any) -> Callable[[int, Any], None]:
-    def handler(signum: int, _frame: Any) -> None:
-        run = session.run
-        left = [f"{r['id']} {r['fault']}" for r in run.ledger.outstanding()] if run else []
-        print(f"\n{signal.Signals(signum).name} again: still rolling back "
-              f"({', '.join(left) or 'nothing left applied'}); "
-              f"if you stop now, run `raychaos rollback {session.run_dir}`", file=sys.stderr)
-    return handler
+def _still_applied(session: Any) -> str:
+    run = session.run
+    return ", ".join(f"{r['id']} {r['fault']}" for r in run.ledger.outstanding()) if run else ""
+
+
+def _start_abort_watch(session: Any, switch: StopSwitch, stop: threading.Event) -> None:
+    """The experiment's ``abort_if`` conditions, checked on the monitor's timeline each second."""
+    conditions = session.experiment.settings.abort_if
+    if not conditions or session.run is None:
+        return
+    from raychaos.probes.abort import AbortWatch
+
+    timeline = session.run.timeline
+    watch = AbortWatch(conditions, timeline.path)
+
+    def on_abort(reason: str) -> None:
+        timeline.event("abort", reason)
+        switch.abort(reason)
+
+    threading.Thread(target=watch.loop, args=(on_abort, stop), daemon=True,
+                     name="raychaos-abort-watch").start()
 
 
 def describe_plan(exp: Experiment) -> str:

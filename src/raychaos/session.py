@@ -46,6 +46,7 @@ class Session:
         self.started_at = time.time()
         self.locusts: list[Any] = []
         self.run_dir: Path | None = None
+        self.reason: str | None = None  # why the run stopped early (signal, abort_if, error)
 
     # --- start -----------------------------------------------------------------------------
     def start(self) -> Run:
@@ -131,6 +132,7 @@ class Session:
                error: BaseException | None = None) -> dict[str, Any]:
         run = self.run
         errors: list[str] = [format_exc_short(error)] if error else []
+        self.reason = str(error) if error is not None and status != "completed" else None
         if run is None:
             return self._early_summary(status, errors)
         try:
@@ -187,8 +189,8 @@ class Session:
             verdict = "pass"
         return {
             "experiment": run.title, "slug": self.experiment.slug, "run_id": run.run_id,
-            "status": status, "verdict": verdict, "exit_code": EXIT[verdict],
-            "started_at": run.clock.wall0, "ended_at": time.time(),
+            "status": status, "reason": self.reason, "verdict": verdict,
+            "exit_code": EXIT[verdict], "started_at": run.clock.wall0, "ended_at": time.time(),
             "duration_s": round(run.clock.t(), 3), "target": run.target.describe(),
             "hypothesis": {"deviated": deviated,
                            "journal_status": journal.get("status") if journal else None},
@@ -202,7 +204,8 @@ class Session:
 
     def _early_summary(self, status: str, errors: list[str]) -> dict[str, Any]:
         summary = {"experiment": self.experiment.title, "slug": self.experiment.slug,
-                   "status": status, "verdict": "error", "exit_code": 2, "errors": errors,
+                   "status": status, "reason": self.reason, "verdict": "error", "exit_code": 2,
+                   "errors": errors,
                    "probes": [], "slos": [], "faults": []}
         if self.run_dir is not None:
             write_json_atomic(self.run_dir / "summary.json", summary)

@@ -348,6 +348,9 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
         old = self.head_identity()
         if not old["pid"]:
             raise FaultFailed(f"local cluster '{self.spec.name}': no running head to kill")
+        # write-ahead: the ledger names the undo before the kill, so a crash right after it
+        # still leaves `raychaos rollback` something to wait for
+        record["undo"] = {"kind": "ensure_head", "old_pid": old["pid"]}
         if mode == "gcs":
             if not old["gcs_pid"]:
                 raise FaultFailed(f"local cluster '{self.spec.name}': no gcs_server process "
@@ -360,7 +363,6 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
         still = wait_gone(victims[:1], timeout=5)
         if still:
             raise FaultFailed(f"SIGKILL of PID {still[0]} did not take effect within 5 s")
-        record["undo"] = {"kind": "ensure_head", "old_pid": old["pid"]}
         return {"mode": mode, "signal": "SIGKILL", "killed_pids": victims, "old": old,
                 "killed_at": killed_at, "landed": True}
 
