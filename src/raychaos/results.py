@@ -28,6 +28,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from raychaos.redact import redact
+
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so a reader (or a crash) never sees a half-written file."""
@@ -35,7 +37,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False, default=str)
+            # every results file goes through here: credentials never reach the disk
+            json.dump(redact(data), fh, indent=2, sort_keys=False, default=str)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -96,7 +99,7 @@ class Timeline:
     def write(self, kind: str, t: float | None = None, **fields: Any) -> dict[str, Any]:
         t = self.clock.t() if t is None else t
         record = {"t": round(t, 4), "ts": round(self.clock.wall0 + t, 4), "kind": kind, **fields}
-        line = json.dumps(record, default=str)
+        line = json.dumps(redact(record), default=str)
         with self._lock:
             if not self._fh.closed:
                 self._fh.write(line + "\n")

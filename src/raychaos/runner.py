@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from raychaos.errors import ConfigError, RaychaosError
 from raychaos.experiment import Experiment, load_experiment
+from raychaos.redact import redact_text
 from raychaos.stopping import StopRequested, StopSwitch
 
 __all__ = ["run_experiment_file", "verdict_table", "Progress"]
@@ -33,6 +34,7 @@ class Progress:
     def __call__(self, message: str, essential: bool = False) -> None:
         if self.quiet and not essential:
             return
+        message = redact_text(message)  # progress lines end up in CI logs
         self.stream.write(f"[{time.monotonic() - self.t0:7.1f}s] {message}\n")
         self.stream.flush()
 
@@ -113,7 +115,7 @@ def run_experiment_file(path: str | Path, *, slo: str | None = None,
         exp = load_experiment(path, slo)
     except ConfigError as exc:
         for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
+            print(f"error: {redact_text(problem)}", file=sys.stderr)
         print("nothing was started.", file=sys.stderr)
         return 2
     if dry_run:
@@ -160,7 +162,7 @@ def run_experiment_file(path: str | Path, *, slo: str | None = None,
     print()
     print(verdict_table(summary))
     for err in summary.get("errors", []):
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {redact_text(str(err))}", file=sys.stderr)
     print(f"\nverdict: {summary['verdict'].upper()}  (exit {summary['exit_code']})  "
           f"results: {session.run_dir}")
     return int(summary["exit_code"])

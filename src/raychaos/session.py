@@ -47,6 +47,7 @@ class Session:
         self.locusts: list[Any] = []
         self.run_dir: Path | None = None
         self.reason: str | None = None  # why the run stopped early (signal, abort_if, error)
+        self.lock: Any = None
 
     # --- start -----------------------------------------------------------------------------
     def start(self) -> Run:
@@ -62,8 +63,14 @@ class Session:
                 self.say("no local cluster is up: starting one")
                 target.up()  # type: ignore[attr-defined]
                 self.started_cluster = True
-        target.connect()
         run_id = f"{self.run_dir.name}-{uuid.uuid4().hex[:6]}"
+        make_lock = getattr(target, "run_lock", None)  # one run at a time per target
+        if make_lock is not None:
+            self.lock = make_lock()
+            self.lock.acquire(run_id)
+            if self.lock.taken_over:
+                timeline.event("lock_taken_over", "stale", holder=self.lock.taken_over)
+        target.connect()
         ledger = Ledger(self.run_dir / "ledger.json", run_id, target.describe())
         run = Run(run_id=run_id, run_dir=self.run_dir, settings=settings, target=target,
                   clock=clock, timeline=timeline, ledger=ledger, title=exp.title,
@@ -134,6 +141,7 @@ class Session:
         errors: list[str] = [format_exc_short(error)] if error else []
         self.reason = str(error) if error is not None and status != "completed" else None
         if run is None:
+            self._release()
             return self._early_summary(status, errors)
         try:
             run.timeline.event("phase", "finish", status=status)
@@ -157,9 +165,14 @@ class Session:
         finally:
             run.timeline.close()
             deactivate()
+            self._release()
             if self.started_cluster and not self.keep_cluster:
                 self.say("taking the local cluster down")
                 run.target.down()  # type: ignore[attr-defined]
+
+    def _release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
     def _stop_loads(self, run: Run) -> None:
         for proc in self.locusts:
