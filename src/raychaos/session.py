@@ -71,6 +71,7 @@ class Session:
             if self.lock.taken_over:
                 timeline.event("lock_taken_over", "stale", holder=self.lock.taken_over)
         target.connect()
+        self._preflight(target)
         ledger = Ledger(self.run_dir / "ledger.json", run_id, target.describe())
         run = Run(run_id=run_id, run_dir=self.run_dir, settings=settings, target=target,
                   clock=clock, timeline=timeline, ledger=ledger, title=exp.title,
@@ -89,6 +90,20 @@ class Session:
         self._settle(run)
         timeline.event("phase", "experiment")
         return run
+
+    def _preflight(self, target: Any) -> None:
+        """Faults whose arguments need the live cluster (selectors) check them before loads."""
+        import importlib
+
+        for act in self.experiment.data.get("method") or []:
+            prov = (act.get("provider") or {}) if isinstance(act, dict) else {}
+            module = prov.get("module") or ""
+            if prov.get("type") != "python" or not module.startswith("raychaos.faults"):
+                continue
+            func = getattr(importlib.import_module(module), prov.get("func", ""), None)
+            check = getattr(func, "preflight", None)
+            if check is not None:
+                check(target, **(prov.get("arguments") or {}))
 
     def _start_loads(self, run: Run) -> None:
         for load in run.settings.loads:
