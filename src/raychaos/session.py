@@ -205,6 +205,9 @@ class Session:
         faults = run.ledger.faults
         errors = errors + run.errors + [f"fault {f['id']} {f['fault']}: {f['error']}"
                                         for f in faults if f.get("error")]
+        # a probe that could not observe (target unreachable) makes no pass: the run errored
+        errors += [f"probe {p['name']}: could not observe {p['evidence'].get('unobserved')}"
+                   for p in run.probes if p["verdict"] == "unknown"]
         deviated = bool(journal and journal.get("deviated"))
         if journal and journal.get("status") not in (None, "completed") and status == "completed":
             status = "failed"
