@@ -29,7 +29,8 @@ def target_from_description(desc: dict[str, Any]) -> Target:
         from raychaos.config import KubernetesSpec
         from raychaos.targets.kubernetes import KubernetesTarget
 
-        fields = {k: desc[k] for k in ("cluster", "namespace", "context") if desc.get(k)}
+        fields = {k: desc[k] for k in ("cluster", "namespace", "context", "kubeconfig")
+                  if desc.get(k)}
         target = KubernetesTarget(KubernetesSpec(**fields))
         target.connect()
         return target

@@ -64,13 +64,13 @@ class Session:
                 target.up()  # type: ignore[attr-defined]
                 self.started_cluster = True
         run_id = f"{self.run_dir.name}-{uuid.uuid4().hex[:6]}"
+        target.connect()
         make_lock = getattr(target, "run_lock", None)  # one run at a time per target
         if make_lock is not None:
             self.lock = make_lock()
             self.lock.acquire(run_id)
             if self.lock.taken_over:
                 timeline.event("lock_taken_over", "stale", holder=self.lock.taken_over)
-        target.connect()
         self._preflight(target)
         ledger = Ledger(self.run_dir / "ledger.json", run_id, target.describe())
         run = Run(run_id=run_id, run_dir=self.run_dir, settings=settings, target=target,

@@ -257,3 +257,20 @@ def test_stale_lock_taken_over_and_rollback_all(cluster, tmp_path):
     again = run_cli("rollback", "--all", str(tmp_path / "results"))
     assert "nothing was left applied in any results folder" in again.stdout
     assert_nothing_applied(target, json.loads((crashed.run_dir / "ledger.json").read_text()))
+
+
+# --- abort_if -----------------------------------------------------------------------------
+def test_abort_if_gcs_down_stops_the_method_and_rolls_back(cluster, tmp_path):
+    target, root = cluster
+    data = experiment(NAME, [action("head", "kill_head", mode="head", wait_s=120),
+                             FAULTS["saturate_network"]],
+                      extra={"abort_if": [{"metric": "gcs_down_s", "above": 2}]})
+    run = HarnessRun(tmp_path, data, root)
+    code = run.finish()
+    summary = run.summary()
+    assert code == 2 and summary["status"] == "aborted", summary.get("errors")
+    assert summary["reason"].startswith("aborted: abort_if[0]: gcs_down_s = "), summary["reason"]
+    events = [(r.get("event"), r.get("name")) for r in run.timeline() if r.get("kind") == "event"]
+    assert ("fault_start", "kill_head") in events and any(e == "abort" for e, _ in events)
+    assert ("fault_start", "saturate_network") not in events, "the method stopped"
+    assert_nothing_applied(target, run.ledger())
