@@ -56,7 +56,8 @@ def _ticker(session: Any, say: Callable[[str], None], stop: threading.Event,
 class _EventPrinter:
     """A Chaos Toolkit event handler printing each activity as it starts and ends."""
 
-    def __init__(self, say: Callable[[str], None], switch: StopSwitch | None = None):
+    def __init__(self, say: Callable[[str], None], switch: StopSwitch | None = None,
+                 timeline: Any = None):
         from chaoslib.run import RunEventHandler
 
         printer = self
@@ -82,6 +83,9 @@ class _EventPrinter:
 
             def start_activity(self, activity: Any) -> None:
                 printer.say(f"  {activity.get('type')} {activity.get('name')} ...")
+                if timeline is not None:  # which activity was running when something happened
+                    timeline.event("activity_start", str(activity.get("name")),
+                                   type=activity.get("type"))
 
             def activity_completed(self, activity: Any, run: Any) -> None:
                 status = (run or {}).get("status")
@@ -141,7 +145,8 @@ def run_experiment_file(path: str | Path, *, slo: str | None = None,
         data = dict(exp.data)
         data.setdefault("runtime", {"rollbacks": {"strategy": "always"}})
         journal = run_experiment(data, settings={},
-                                 event_handlers=[_EventPrinter(say, switch).handler])
+                                 event_handlers=[_EventPrinter(say, switch,
+                                                               session.run.timeline).handler])
     except StopRequested:
         pass  # the switch knows why; chaoslib lets it through only outside its own run
     except KeyboardInterrupt as exc:
@@ -181,7 +186,7 @@ def _start_abort_watch(session: Any, switch: StopSwitch, stop: threading.Event) 
     from raychaos.probes.abort import AbortWatch
 
     timeline = session.run.timeline
-    watch = AbortWatch(conditions, timeline.path)
+    watch = AbortWatch(conditions, timeline.path, now=session.run.clock.t)
 
     def on_abort(reason: str) -> None:
         timeline.event("abort", reason)

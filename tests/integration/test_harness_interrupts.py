@@ -274,3 +274,20 @@ def test_abort_if_gcs_down_stops_the_method_and_rolls_back(cluster, tmp_path):
     assert ("fault_start", "kill_head") in events and any(e == "abort" for e, _ in events)
     assert ("fault_start", "saturate_network") not in events, "the method stopped"
     assert_nothing_applied(target, run.ledger())
+
+
+def test_sigterm_while_a_probe_waits_for_recovery(cluster, tmp_path):
+    """kill_head gives up after 1 s (the head takes longer), so the gcs_recovery probe is
+    still waiting for the new head when the signal comes."""
+    target, root = cluster
+    probe = {"type": "probe", "name": "gcs-recovery",
+             "provider": {"type": "python", "module": "raychaos.probes.gcs",
+                          "func": "gcs_recovery", "arguments": {"timeout_s": 120}}}
+    run = HarnessRun(tmp_path, experiment(NAME, [action("head", "kill_head", mode="head",
+                                                        wait_s=1), probe]), root)
+    run.wait_event("activity_start", "gcs-recovery")
+    run.signal(signal.SIGTERM)
+    summary = _interrupted(run, run.finish())
+    assert summary["probes"] == [], "the probe was cut short, not judged"
+    assert summary["faults"][0]["state"] == "undone"
+    assert_nothing_applied(target, run.ledger())

@@ -127,3 +127,11 @@ def test_redaction_keeps_what_is_not_secret():
     assert redact_text("10.0.0.1:6379 and user@example.com") == "10.0.0.1:6379 and user@example.com"
     assert redact({"gcs_address": "1.2.3.4:6379", "count": 3}) == {
         "gcs_address": "1.2.3.4:6379", "count": 3}
+
+
+def test_gcs_down_keeps_growing_while_the_sampler_is_stuck(tmp_path):
+    """A sampler blocked on a dead GCS writes nothing; the run clock still moves on."""
+    watch = AbortWatch([AbortSpec(metric="gcs_down_s", above=2)], tmp_path / "t",
+                       now=lambda: 4.0)
+    records = _samples([True]) + [{"t": 1.8, "kind": "sample", "gcs_up": False}]
+    assert watch.check(records, now=watch.now()) == "abort_if[0]: gcs_down_s = 4 above 2"

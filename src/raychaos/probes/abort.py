@@ -44,8 +44,12 @@ def current_value(metric: str, records: list[dict[str, Any]], now: float,
 class AbortWatch:
     """Checks each condition; ``for_s`` is how long it must hold before the run is stopped."""
 
-    def __init__(self, conditions: list[AbortSpec], timeline_path: Path, every_s: float = 1.0):
+    def __init__(self, conditions: list[AbortSpec], timeline_path: Path, every_s: float = 1.0,
+                 now: Callable[[], float] | None = None):
         self.conditions = conditions
+        # the run's clock, not the last record: a sampler stuck on a dead GCS writes nothing,
+        # and "down for how long" must keep growing while it is stuck
+        self.now = now
         self.timeline_path = timeline_path
         self.every_s = every_s
         self._since: dict[int, float] = {}
@@ -67,7 +71,8 @@ class AbortWatch:
     def loop(self, on_abort: Callable[[str], None], stop: threading.Event) -> None:
         while not stop.wait(self.every_s):
             records = read_timeline(self.timeline_path)
-            now = max((r.get("t", 0.0) for r in records), default=0.0)
+            now = self.now() if self.now else max((r.get("t", 0.0) for r in records),
+                                                  default=0.0)
             reason = self.check(records, now)
             if reason:
                 on_abort(reason)
