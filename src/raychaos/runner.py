@@ -179,7 +179,7 @@ def _still_applied(session: Any) -> str:
 
 
 def _start_abort_watch(session: Any, switch: StopSwitch, stop: threading.Event) -> None:
-    """The experiment's ``abort_if`` conditions, checked on the monitor's timeline each second."""
+    """The experiment's ``abort_if`` conditions, checked on the monitor's timeline twice a second."""
     conditions = session.experiment.settings.abort_if
     if not conditions or session.run is None:
         return

@@ -264,7 +264,7 @@ def test_abort_if_gcs_down_stops_the_method_and_rolls_back(cluster, tmp_path):
     target, root = cluster
     data = experiment(NAME, [action("head", "kill_head", mode="head", wait_s=120),
                              FAULTS["saturate_network"]],
-                      extra={"abort_if": [{"metric": "gcs_down_s", "above": 2}]})
+                      extra={"abort_if": [{"metric": "gcs_down_s", "above": 0.5}]})
     run = HarnessRun(tmp_path, data, root)
     code = run.finish()
     summary = run.summary()
@@ -290,4 +290,18 @@ def test_sigterm_while_a_probe_waits_for_recovery(cluster, tmp_path):
     summary = _interrupted(run, run.finish())
     assert summary["probes"] == [], "the probe was cut short, not judged"
     assert summary["faults"][0]["state"] == "undone"
+    assert_nothing_applied(target, run.ledger())
+
+
+def test_an_uninterrupted_run_completes_and_releases_everything(cluster, tmp_path):
+    """The control case: the same machinery on a run nobody stops."""
+    target, root = cluster
+    fault = action("network", "saturate_network", nodes=["worker-1"], bandwidth_mbit=20,
+                   flood=False)
+    run = HarnessRun(tmp_path, experiment(NAME, [fault]), root)
+    code = run.finish()
+    summary = run.summary()
+    assert code == 0 and summary["status"] == "completed", summary.get("errors")
+    assert json.loads((run.run_dir / "journal.json").read_text())["status"] == "completed"
+    assert summary["faults"][0]["evidence"]["landed"]
     assert_nothing_applied(target, run.ledger())

@@ -1,7 +1,7 @@
 """``abort_if``: the experiment's own stop conditions, judged on the monitor's timeline.
 
 The watcher reads the same ``timeline.jsonl`` the SLOs are judged from (one source of truth, and
-no hook into the monitor's threads), once a second. When a condition has held for its ``for_s``
+no hook into the monitor's threads), twice a second. When a condition has held for its ``for_s``
 it writes an ``abort`` event and calls ``on_abort(reason)``; the runner's stop switch then
 interrupts the method, rolls back and writes the summary with status ``aborted``.
 """
@@ -44,7 +44,7 @@ def current_value(metric: str, records: list[dict[str, Any]], now: float,
 class AbortWatch:
     """Checks each condition; ``for_s`` is how long it must hold before the run is stopped."""
 
-    def __init__(self, conditions: list[AbortSpec], timeline_path: Path, every_s: float = 1.0,
+    def __init__(self, conditions: list[AbortSpec], timeline_path: Path, every_s: float = 0.5,
                  now: Callable[[], float] | None = None):
         self.conditions = conditions
         # the run's clock, not the last record: a sampler stuck on a dead GCS writes nothing,
