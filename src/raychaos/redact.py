@@ -38,7 +38,7 @@ def redact(value: Any, key: str = "") -> Any:
             ks = str(k)
             if ks == "secrets" and isinstance(v, dict):
                 out[k] = {name: _mask_all(block) for name, block in v.items()}
-            elif SECRET_KEYS.search(ks) and isinstance(v, (str, int, float)) and v not in ("", None):
+            elif SECRET_KEYS.search(ks) and isinstance(v, str) and v:  # numbers: data, not keys
                 out[k] = MASK
             else:
                 out[k] = redact(v, ks)

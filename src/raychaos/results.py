@@ -6,7 +6,8 @@
   (seconds since the run started, monotonic) and ``ts`` (wall clock, epoch seconds) and ``kind``:
   ``sample`` (``gcs_up``, ``nodes_alive``, ``nodes_total``, ``gpus_total``, ``gpus_available``,
   ``jobs`` {id: status}), ``event`` (``event``: phase | fault_start | fault_applied | fault_end |
-  rollback_start | rollback_end | probe | abort | activity_start, ``name``, ``detail``) or ``load`` (one stats
+  rollback_start | rollback_end | probe | abort | activity_start, ``name``, ``detail``) or
+  ``load`` (one stats
   line of a load, see ``loads/_stats.py``: ``load``, ``count``, ``failures``, ``p50_ms`` …).
 - ``ledger.json`` — every fault, written *before* it acts and rewritten atomically on each
   change: ``{"run_id", "target": {...}, "faults": [{"id", "fault", "args", "state":

@@ -155,8 +155,8 @@ def run_experiment_file(path: str | Path, *, slo: str | None = None,
         status, error = "errored", exc
         say(f"error: {exc}", essential=True)
     finally:
+        switch.rolling_back()  # first: a second signal must not skip the rollback silently
         stop.set()
-        switch.rolling_back()  # a second signal must not skip the rollback silently
         if switch.error is not None:
             status, error = switch.status or "interrupted", switch.error
             say(f"{switch.error}: rolling back", essential=True)
@@ -179,7 +179,7 @@ def _still_applied(session: Any) -> str:
 
 
 def _start_abort_watch(session: Any, switch: StopSwitch, stop: threading.Event) -> None:
-    """The experiment's ``abort_if`` conditions, checked on the monitor's timeline twice a second."""
+    """The experiment's ``abort_if`` conditions, checked on the timeline twice a second."""
     conditions = session.experiment.settings.abort_if
     if not conditions or session.run is None:
         return

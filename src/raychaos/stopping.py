@@ -1,4 +1,4 @@
-"""How a run stops early — SIGINT, SIGTERM or an ``abort_if`` condition — without losing the rollback.
+"""How a run stops early (SIGINT, SIGTERM, an ``abort_if`` condition) without losing the rollback.
 
 Why not simply raise an exception from the signal handler: Chaos Toolkit wraps every
 ``Exception`` raised inside an activity into ``ActivityFailed`` and goes on with the next
@@ -24,7 +24,7 @@ from raychaos.errors import Aborted, Interrupted, RaychaosError
 __all__ = ["StopRequested", "StopSwitch"]
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-ABORT_SIGNAL = signal.SIGUSR1  # sent to ourselves by the abort watcher: wakes a sleeping main thread
+ABORT_SIGNAL = signal.SIGUSR1  # the abort watcher sends it to the main thread: wakes any sleep
 
 
 class StopRequested(KeyboardInterrupt):

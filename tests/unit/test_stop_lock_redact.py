@@ -98,7 +98,7 @@ def test_error_ratio_over_its_window(tmp_path):
     loads = [{"t": float(t), "kind": "load", "count": 10, "failures": 0} for t in range(10)]
     assert watch.check(loads, now=10.0) is None
     loads += [{"t": float(t), "kind": "load", "count": 1, "failures": 30} for t in range(10, 20)]
-    assert watch.check(loads, now=19.0).startswith("abort_if[0]: error_ratio = 0.938 above 0.5 for 10 s")
+    assert watch.check(loads, now=19.0) == "abort_if[0]: error_ratio = 0.938 above 0.5 for 10 s"
 
 
 # --- secrets -----------------------------------------------------------------------------------
