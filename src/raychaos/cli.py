@@ -5,7 +5,7 @@
     raychaos schedule PLAN --cron "0 3 * * 1" [--namespace N] [--image I] [-o FILE]
     raychaos validate EXPERIMENT...
     raychaos local up|down|status [--name NAME] [--workers N] [--gpu-workers N]
-    raychaos rollback RESULTS_DIR
+    raychaos rollback RESULTS_DIR | --all [RESULTS_ROOT]
     raychaos report RESULTS_DIR
     raychaos compare RUN_A RUN_B [--tolerance F]
     raychaos list
@@ -103,7 +103,10 @@ def _parser() -> argparse.ArgumentParser:
     loc.add_argument("--state-root", help=argparse.SUPPRESS)
 
     rb = sub.add_parser("rollback", help="undo what a crashed or interrupted run left applied")
-    rb.add_argument("results_dir")
+    rb.add_argument("results_dir", nargs="?",
+                    help="a results folder; with --all the results root (default: results/)")
+    rb.add_argument("--all", action="store_true",
+                    help="every results folder under the root with something still applied")
 
     rep = sub.add_parser("report", help="rebuild report.html and junit.xml of a run")
     rep.add_argument("results_dir")
@@ -196,8 +199,20 @@ def _local(args: argparse.Namespace) -> int:
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    from raychaos.recovery import rollback_results_dir
+    from raychaos.recovery import rollback_all, rollback_results_dir
 
+    if args.all:
+        result = rollback_all(Path(args.results_dir or "results"))
+        for name, undone in result["undone"].items():
+            print(f"rollback {name}: undone {undone}")
+        for name, error in result["failed"].items():
+            print(f"error: rollback {name}: {error}", file=sys.stderr)
+        if not result["undone"] and not result["failed"]:
+            print("rollback: nothing was left applied in any results folder")
+        return 2 if result["failed"] else 0
+    if not args.results_dir:
+        print("error: rollback: name a results folder, or pass --all", file=sys.stderr)
+        return 2
     result = rollback_results_dir(Path(args.results_dir))
     print(f"rollback: undone {result['undone'] or 'nothing (nothing was left applied)'}")
     return 0

@@ -88,6 +88,26 @@ class MonitorSpec:
     recovery_window_s: float = field(default=10.0, metadata={"min": 0, "max": 3600})
 
 
+ABORT_METRICS = {
+    "error_ratio": "failures / (count + failures) of the loads over the last for_s seconds",
+    "gcs_down_s": "seconds the GCS has been down without interruption",
+    "nodes_dead": "nodes the GCS reports dead (or missing) right now",
+}
+
+
+@dataclass(frozen=True)
+class AbortSpec:
+    """Stop the run (rollbacks, summary ``aborted``, exit 2) when ``metric`` stays ``above``.
+
+    A safety net for shared clusters: an experiment that hurts more than planned must end itself
+    instead of waiting for its method to finish.
+    """
+
+    metric: Literal["error_ratio", "gcs_down_s", "nodes_dead"]
+    above: float = field(metadata={"min": 0})
+    for_s: float = field(default=0.0, metadata={"min": 0, "max": 3600})
+
+
 @dataclass(frozen=True)
 class RaychaosSettings:
     """The ``extensions: [{name: raychaos, ...}]`` block of an experiment."""
@@ -99,6 +119,7 @@ class RaychaosSettings:
     monitor: MonitorSpec = field(default_factory=MonitorSpec)
     sentinel: bool = True
     results_dir: str = "results"
+    abort_if: list[AbortSpec] = field(default_factory=list)
 
 
 METRICS = {

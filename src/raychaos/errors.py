@@ -12,7 +12,8 @@ any of them into one clear sentence and exit code 2 without a traceback::
     ├── FaultFailed            a fault did not land (no proof it happened)
     ├── RollbackFailed         an undo did not complete: something may still be applied
     ├── ProbeFailed            a probe could not produce evidence at all
-    └── Interrupted            SIGINT/SIGTERM during a run
+    ├── Interrupted            SIGINT/SIGTERM during a run
+    └── Aborted                an ``abort_if`` condition held: the run stopped itself
 
 Third-party errors (``ApiException``, Ray errors, ``OSError`` from ``ip``/``tc``) are translated
 where they happen and re-raised ``from exc`` so the original stays on ``__cause__``.
@@ -67,3 +68,11 @@ class Interrupted(RaychaosError):
     def __init__(self, signame: str):
         self.signame = signame
         super().__init__(f"interrupted by {signame}")
+
+
+class Aborted(RaychaosError):
+    """An ``abort_if`` condition of the experiment held; the reason names metric and value."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(f"aborted: {reason}")

@@ -80,6 +80,7 @@ def _check_call(module_name: str, func_name: str, arguments: Any, problems: Prob
     if not isinstance(arguments, dict):
         problems.add(join(path, "arguments"), f"expected a mapping, got {describe(arguments)}")
         return
+    before = len(problems.items)
     sig = inspect.signature(func)
     hints = typing.get_type_hints(func)
     params = {n: p for n, p in sig.parameters.items() if n not in ("configuration", "secrets")}
@@ -97,6 +98,13 @@ def _check_call(module_name: str, func_name: str, arguments: Any, problems: Prob
     for name, param in params.items():
         if param.default is inspect.Parameter.empty and name not in arguments:
             problems.add(join(join(path, "arguments"), name), f"is required by {func_name}")
+    validate = getattr(func, "validate_args", None)
+    substituted = any(isinstance(v, str) and "${" in v for v in arguments.values())
+    if validate is not None and len(problems.items) == before and not substituted:
+        # the fault's own rules (ranges, empty selectors, a fault that would do nothing), so
+        # they fail here, before any cluster, load or fault is touched
+        for name, message in validate(**arguments):
+            problems.add(join(join(path, "arguments"), name), message)
 
 
 def _positive(tp: Any) -> bool:

@@ -14,7 +14,7 @@ from raychaos.faults.rollback import undo_ledger
 from raychaos.results import Ledger
 from raychaos.targets.base import Target
 
-__all__ = ["rollback_results_dir", "target_from_description"]
+__all__ = ["rollback_results_dir", "rollback_all", "target_from_description"]
 
 
 def target_from_description(desc: dict[str, Any]) -> Target:
@@ -29,7 +29,8 @@ def target_from_description(desc: dict[str, Any]) -> Target:
         from raychaos.config import KubernetesSpec
         from raychaos.targets.kubernetes import KubernetesTarget
 
-        fields = {k: desc[k] for k in ("cluster", "namespace", "context") if desc.get(k)}
+        fields = {k: desc[k] for k in ("cluster", "namespace", "context", "kubeconfig")
+                  if desc.get(k)}
         target = KubernetesTarget(KubernetesSpec(**fields))
         target.connect()
         return target
@@ -44,4 +45,26 @@ def rollback_results_dir(run_dir: Path) -> dict[str, Any]:
     if not ledger.outstanding():
         return {"undone": []}
     target = target_from_description(ledger.data["target"])
-    return undo_ledger(ledger, target)
+    result = undo_ledger(ledger, target)
+    make_lock = getattr(target, "run_lock", None)
+    if make_lock is not None:  # the crashed run's lock goes too: nothing left behind
+        result["lock_cleared"] = make_lock().clear_stale(ledger.data.get("run_id", ""))
+    return result
+
+
+def rollback_all(root: Path) -> dict[str, Any]:
+    """Roll back every results folder under ``root`` whose ledger still has outstanding records.
+
+    For the morning after a crashed CI box: one command instead of reading every folder. A
+    folder that fails is reported and the others are still rolled back.
+    """
+    done: dict[str, list[str]] = {}
+    failed: dict[str, str] = {}
+    for ledger_path in sorted(Path(root).glob("*/ledger.json")):
+        try:
+            if not Ledger.open_existing(ledger_path).outstanding():
+                continue
+            done[ledger_path.parent.name] = rollback_results_dir(ledger_path.parent)["undone"]
+        except Exception as exc:  # keep going: the others may still be applied
+            failed[ledger_path.parent.name] = str(exc)
+    return {"undone": done, "failed": failed}

@@ -6,7 +6,8 @@
   (seconds since the run started, monotonic) and ``ts`` (wall clock, epoch seconds) and ``kind``:
   ``sample`` (``gcs_up``, ``nodes_alive``, ``nodes_total``, ``gpus_total``, ``gpus_available``,
   ``jobs`` {id: status}), ``event`` (``event``: phase | fault_start | fault_applied | fault_end |
-  rollback_start | rollback_end | probe | abort, ``name``, ``detail``) or ``load`` (one stats
+  rollback_start | rollback_end | probe | abort | activity_start, ``name``, ``detail``) or
+  ``load`` (one stats
   line of a load, see ``loads/_stats.py``: ``load``, ``count``, ``failures``, ``p50_ms`` …).
 - ``ledger.json`` — every fault, written *before* it acts and rewritten atomically on each
   change: ``{"run_id", "target": {...}, "faults": [{"id", "fault", "args", "state":
@@ -28,6 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from raychaos.redact import redact
+
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so a reader (or a crash) never sees a half-written file."""
@@ -35,7 +38,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False, default=str)
+            # every results file goes through here: credentials never reach the disk
+            json.dump(redact(data), fh, indent=2, sort_keys=False, default=str)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -96,7 +100,7 @@ class Timeline:
     def write(self, kind: str, t: float | None = None, **fields: Any) -> dict[str, Any]:
         t = self.clock.t() if t is None else t
         record = {"t": round(t, 4), "ts": round(self.clock.wall0 + t, 4), "kind": kind, **fields}
-        line = json.dumps(record, default=str)
+        line = json.dumps(redact(record), default=str)
         with self._lock:
             if not self._fh.closed:
                 self._fh.write(line + "\n")
@@ -124,6 +128,31 @@ def read_timeline(path: Path) -> list[dict[str, Any]]:
     except FileNotFoundError:
         pass
     return out
+
+
+class LedgerRecord(dict):  # type: ignore[type-arg]
+    """One fault's ledger entry that writes the whole ledger whenever a key is set.
+
+    Targets fill ``record["undo"]`` step by step while they act; a SIGKILL between two steps must
+    still leave on disk what the earlier steps changed, or ``raychaos rollback`` would undo nothing.
+    """
+
+    ledger: Ledger | None = None
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        checkpoint(self)
+
+
+def checkpoint(record: dict[str, Any]) -> None:
+    """Persist ``record`` now (write-ahead) when it belongs to a ledger; a no-op otherwise.
+
+    Targets call it after noting in ``record["undo"]`` what they are about to change and before
+    changing it, so the ledger on disk always covers what is applied.
+    """
+    ledger = getattr(record, "ledger", None)
+    if ledger is not None:
+        ledger.save()
 
 
 class Ledger:
@@ -157,7 +186,7 @@ class Ledger:
 
     def begin(self, fault: str, args: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
-            record = {
+            record = LedgerRecord({
                 "id": f"f{len(self.faults) + 1}",
                 "fault": fault,
                 "args": args,
@@ -166,7 +195,8 @@ class Ledger:
                 "evidence": {},
                 "error": None,
                 "started_at": time.time(),
-            }
+            })
+            record.ledger = self
             self.faults.append(record)
             self.save()
             return record

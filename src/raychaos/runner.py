@@ -9,7 +9,6 @@ probe passed, 1 an SLO, probe or the hypothesis failed, 2 the run errored or was
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 import threading
 import time
@@ -18,8 +17,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from raychaos.config import TargetSpec
-from raychaos.errors import ConfigError, Interrupted, RaychaosError
+from raychaos.errors import ConfigError, RaychaosError
 from raychaos.experiment import Experiment, load_experiment
+from raychaos.redact import redact_text
+from raychaos.stopping import StopRequested, StopSwitch
 
 __all__ = ["Progress", "RunOutcome", "run_experiment", "run_experiment_file",
            "verdict_table"]
@@ -54,6 +55,7 @@ class Progress:
     def __call__(self, message: str, essential: bool = False, phase: bool = False) -> None:
         if self.quiet and not (essential or phase):
             return
+        message = redact_text(message)  # progress lines end up in CI logs
         self.stream.write(f"[{time.monotonic() - self.t0:7.1f}s] {message}\n")
         self.stream.flush()
 
@@ -75,12 +77,19 @@ def _ticker(session: Any, say: Callable[[str], None], stop: threading.Event,
 class _EventPrinter:
     """A Chaos Toolkit event handler printing each activity as it starts and ends."""
 
-    def __init__(self, say: Progress):
+    def __init__(self, say: Callable[[str], None], switch: StopSwitch | None = None,
+                 timeline: Any = None):
         from chaoslib.run import RunEventHandler
 
         printer = self
 
         class Handler(RunEventHandler):  # type: ignore[misc]
+            def started(self, experiment: Any, journal: Any) -> None:
+                # chaoslib has just put its own SIGTERM/SIGUSR handlers in (they raise
+                # exceptions that activities swallow): ours again
+                if switch is not None:
+                    switch.install()
+
             def start_hypothesis_before(self, experiment: Any) -> None:
                 printer.say("steady state: checking the hypothesis", phase=True)
 
@@ -95,6 +104,9 @@ class _EventPrinter:
 
             def start_activity(self, activity: Any) -> None:
                 printer.say(f"  {activity.get('type')} {activity.get('name')} ...")
+                if timeline is not None:  # which activity was running when something happened
+                    timeline.event("activity_start", str(activity.get("name")),
+                                   type=activity.get("type"))
 
             def activity_completed(self, activity: Any, run: Any) -> None:
                 status = (run or {}).get("status")
@@ -117,10 +129,6 @@ def verdict_table(summary: dict[str, Any]) -> str:
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
-
-
-def _raise_interrupt(signum: int, _frame: Any) -> None:
-    raise Interrupted(signal.Signals(signum).name)
 
 
 @dataclass(frozen=True)
@@ -156,7 +164,7 @@ def run_experiment(path: str | Path, *, slo: str | None = None,
             exp = with_target(exp, target)
     except ConfigError as exc:
         for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
+            print(f"error: {redact_text(problem)}", file=sys.stderr)
         print("nothing was started.", file=sys.stderr)
         return RunOutcome(2, None, {"verdict": "error", "exit_code": 2, "status": "invalid",
                                     "errors": list(exc.problems)})
@@ -178,7 +186,8 @@ def run_experiment(path: str | Path, *, slo: str | None = None,
     session = Session(exp, results_root=results_root, state_root=state_root,
                       keep_cluster=keep_cluster, progress=say)
     logging.getLogger("chaostoolkit").setLevel(logging.WARNING)
-    old = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    switch = StopSwitch(lambda: _still_applied(session))
+    switch.install()
     journal, status, error = None, "completed", None
     stop = threading.Event()
     try:
@@ -188,46 +197,61 @@ def run_experiment(path: str | Path, *, slo: str | None = None,
         if say.tick_every_s is not None:
             threading.Thread(target=_ticker, args=(session, say, stop, say.tick_every_s),
                              daemon=True).start()
+        _start_abort_watch(session, switch, stop)
         from chaoslib.experiment import run_experiment as run_chaos
 
         data = dict(exp.data)
         data.setdefault("runtime", {"rollbacks": {"strategy": "always"}})
-        journal = run_chaos(data, settings={}, event_handlers=[_EventPrinter(say).handler])
-    except Interrupted as exc:
-        status, error = "interrupted", exc
-        say(f"interrupted by {exc.signame}: rolling back", essential=True)
+        journal = run_chaos(data, settings={},
+                            event_handlers=[_EventPrinter(say, switch,
+                                                          session.run.timeline).handler])
+    except StopRequested:
+        pass  # the switch knows why; chaoslib lets it through only outside its own run
     except KeyboardInterrupt as exc:
         status, error = "interrupted", exc
     except RaychaosError as exc:
         status, error = "errored", exc
         say(f"error: {exc}", essential=True)
     finally:
+        switch.rolling_back()  # first: a second signal must not skip the rollback silently
         stop.set()
-        # a second signal must not skip the rollback silently: say what is still applied
-        signal.signal(signal.SIGINT, _second_signal(session))
-        signal.signal(signal.SIGTERM, _second_signal(session))
+        if switch.error is not None:
+            status, error = switch.status or "interrupted", switch.error
+            say(f"{switch.error}: rolling back", essential=True)
         try:
             summary = session.finish(journal, status, error)
         finally:
-            for s, handler in old.items():
-                signal.signal(s, handler)
+            switch.restore()
     print()
     print(verdict_table(summary))
     for err in summary.get("errors", []):
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {redact_text(str(err))}", file=sys.stderr)
     print(f"\nverdict: {summary['verdict'].upper()}  (exit {summary['exit_code']})  "
           f"results: {session.run_dir}")
     return RunOutcome(int(summary["exit_code"]), session.run_dir, summary)
 
 
-def _second_signal(session: Any) -> Callable[[int, Any], None]:
-    def handler(signum: int, _frame: Any) -> None:
-        run = session.run
-        left = [f"{r['id']} {r['fault']}" for r in run.ledger.outstanding()] if run else []
-        print(f"\n{signal.Signals(signum).name} again: still rolling back "
-              f"({', '.join(left) or 'nothing left applied'}); "
-              f"if you stop now, run `raychaos rollback {session.run_dir}`", file=sys.stderr)
-    return handler
+def _still_applied(session: Any) -> str:
+    run = session.run
+    return ", ".join(f"{r['id']} {r['fault']}" for r in run.ledger.outstanding()) if run else ""
+
+
+def _start_abort_watch(session: Any, switch: StopSwitch, stop: threading.Event) -> None:
+    """The experiment's ``abort_if`` conditions, checked on the timeline twice a second."""
+    conditions = session.experiment.settings.abort_if
+    if not conditions or session.run is None:
+        return
+    from raychaos.probes.abort import AbortWatch
+
+    timeline = session.run.timeline
+    watch = AbortWatch(conditions, timeline.path, now=session.run.clock.t)
+
+    def on_abort(reason: str) -> None:
+        timeline.event("abort", reason)
+        switch.abort(reason)
+
+    threading.Thread(target=watch.loop, args=(on_abort, stop), daemon=True,
+                     name="raychaos-abort-watch").start()
 
 
 def with_target(exp: Experiment, override: dict[str, Any]) -> Experiment:

@@ -46,6 +46,8 @@ class Session:
         self.started_at = time.time()
         self.locusts: list[Any] = []
         self.run_dir: Path | None = None
+        self.reason: str | None = None  # why the run stopped early (signal, abort_if, error)
+        self.lock: Any = None
 
     # --- start -----------------------------------------------------------------------------
     def start(self) -> Run:
@@ -61,10 +63,17 @@ class Session:
                 self.say("no local cluster is up: starting one")
                 target.up()  # type: ignore[attr-defined]
                 self.started_cluster = True
-        target.connect()
         run_id = f"{self.run_dir.name}-{uuid.uuid4().hex[:6]}"
         if hasattr(target, "run_id"):  # objects a target creates carry the run's id as a label
             target.run_id = run_id
+        target.connect()
+        make_lock = getattr(target, "run_lock", None)  # one run at a time per target
+        if make_lock is not None:
+            self.lock = make_lock()
+            self.lock.acquire(run_id)
+            if self.lock.taken_over:
+                timeline.event("lock_taken_over", "stale", holder=self.lock.taken_over)
+        self._preflight(target)
         ledger = Ledger(self.run_dir / "ledger.json", run_id, target.describe())
         run = Run(run_id=run_id, run_dir=self.run_dir, settings=settings, target=target,
                   clock=clock, timeline=timeline, ledger=ledger, title=exp.title,
@@ -83,6 +92,20 @@ class Session:
         self._settle(run)
         timeline.event("phase", "experiment")
         return run
+
+    def _preflight(self, target: Any) -> None:
+        """Faults whose arguments need the live cluster (selectors) check them before loads."""
+        import importlib
+
+        for act in self.experiment.data.get("method") or []:
+            prov = (act.get("provider") or {}) if isinstance(act, dict) else {}
+            module = prov.get("module") or ""
+            if prov.get("type") != "python" or not module.startswith("raychaos.faults"):
+                continue
+            func = getattr(importlib.import_module(module), prov.get("func", ""), None)
+            check = getattr(func, "preflight", None)
+            if check is not None:
+                check(target, **(prov.get("arguments") or {}))
 
     def _start_loads(self, run: Run) -> None:
         for load in run.settings.loads:
@@ -149,7 +172,9 @@ class Session:
                error: BaseException | None = None) -> dict[str, Any]:
         run = self.run
         errors: list[str] = [format_exc_short(error)] if error else []
+        self.reason = str(error) if error is not None and status != "completed" else None
         if run is None:
+            self._release()
             return self._early_summary(status, errors)
         try:
             run.timeline.event("phase", "finish", status=status)
@@ -173,9 +198,14 @@ class Session:
         finally:
             run.timeline.close()
             deactivate()
+            self._release()
             if self.started_cluster and not self.keep_cluster:
                 self.say("taking the local cluster down")
                 run.target.down()  # type: ignore[attr-defined]
+
+    def _release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
     def _stop_loads(self, run: Run) -> None:
         for proc in self.locusts:
@@ -200,6 +230,9 @@ class Session:
         faults = run.ledger.faults
         errors = errors + run.errors + [f"fault {f['id']} {f['fault']}: {f['error']}"
                                         for f in faults if f.get("error")]
+        # a probe that could not observe (target unreachable) makes no pass: the run errored
+        errors += [f"probe {p['name']}: could not observe {p['evidence'].get('unobserved')}"
+                   for p in run.probes if p["verdict"] == "unknown"]
         deviated = bool(journal and journal.get("deviated"))
         if journal and journal.get("status") not in (None, "completed") and status == "completed":
             status = "failed"
@@ -212,8 +245,8 @@ class Session:
             verdict = "pass"
         return {
             "experiment": run.title, "slug": self.experiment.slug, "run_id": run.run_id,
-            "status": status, "verdict": verdict, "exit_code": EXIT[verdict],
-            "started_at": run.clock.wall0, "ended_at": time.time(),
+            "status": status, "reason": self.reason, "verdict": verdict,
+            "exit_code": EXIT[verdict], "started_at": run.clock.wall0, "ended_at": time.time(),
             "duration_s": round(run.clock.t(), 3), "target": run.target.describe(),
             "hypothesis": {"deviated": deviated,
                            "journal_status": journal.get("status") if journal else None},
@@ -227,7 +260,8 @@ class Session:
 
     def _early_summary(self, status: str, errors: list[str]) -> dict[str, Any]:
         summary = {"experiment": self.experiment.title, "slug": self.experiment.slug,
-                   "status": status, "verdict": "error", "exit_code": 2, "errors": errors,
+                   "status": status, "reason": self.reason, "verdict": "error", "exit_code": 2,
+                   "errors": errors,
                    "probes": [], "slos": [], "faults": []}
         if self.run_dir is not None:
             write_json_atomic(self.run_dir / "summary.json", summary)

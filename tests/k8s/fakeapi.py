@@ -29,7 +29,7 @@ RECORDED_RBAC: set[tuple[str, str, str]] = set()
 KINDS = {"pods": "Pod", "nodes": "Node", "poddisruptionbudgets": "PodDisruptionBudget",
          "daemonsets": "DaemonSet", "rayclusters": "RayCluster", "events": "Event",
          "customresourcedefinitions": "CustomResourceDefinition",
-         "networkchaos": "NetworkChaos"}
+         "networkchaos": "NetworkChaos", "leases": "Lease"}
 
 
 def _now() -> str:

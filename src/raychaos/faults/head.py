@@ -13,6 +13,7 @@ import time
 from typing import Any, Literal
 
 from raychaos.errors import FaultFailed
+from raychaos.faults._validate import Problem, raise_problems, range_problems, validates
 from raychaos.runtime import current
 
 __all__ = ["kill_head"]
@@ -25,8 +26,7 @@ def kill_head(mode: Literal["head", "pod", "gcs"] = "head", wait_s: float = 180.
     :param wait_s: how long to wait for the new head incarnation before failing the fault.
     :returns: evidence: old/new head identity, kill time, seconds until the head was back.
     """
-    if wait_s <= 0:
-        raise FaultFailed(f"kill_head: wait_s must be positive, got {wait_s!r}")
+    raise_problems("kill_head", _check(mode, wait_s))
     run = current()
     try:
         workers_before = [n.node_id[:12] for n in run.target.nodes(timeout=2.0)
@@ -47,3 +47,11 @@ def kill_head(mode: Literal["head", "pod", "gcs"] = "head", wait_s: float = 180.
         evidence["head_back_s"] = round(time.time() - evidence["killed_at"], 3)
         run.ledger.update(record, evidence=evidence)
     return evidence
+
+
+@validates(kill_head)
+def _check(mode: str = "head", wait_s: float = 180.0) -> list[Problem]:
+    problems = range_problems(wait_s=(wait_s, 1, 3600))
+    if mode not in ("head", "pod", "gcs"):
+        problems.append(("mode", f"expected one of 'head', 'pod', 'gcs', got {mode!r}"))
+    return problems

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raychaos.errors import ConfigError
-from raychaos.faults._validate import check_range
+from raychaos.faults._validate import Problem, node_list, raise_problems, range_problems, validates
 from raychaos.runtime import current
 
 __all__ = ["saturate_network"]
@@ -31,12 +30,8 @@ def saturate_network(nodes: list[str] | None = None, bandwidth_mbit: float = 50.
     :returns: evidence: transfer rate before/during, the qdiscs and nft tables applied.
     """
     nodes = ["worker-1"] if nodes is None else nodes
-    check_range("saturate_network", bandwidth_mbit=(bandwidth_mbit, 0, 100_000),
-                loss_pct=(loss_pct, 0, 100), latency_ms=(latency_ms, 0, 60_000),
-                flood_s=(flood_s, 1, 3600))
-    if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
-        raise ConfigError(f"saturate_network: nodes: expected a list of node names, "
-                          f"got {nodes!r}")
+    raise_problems("saturate_network", _check(nodes, bandwidth_mbit, loss_pct, latency_ms, flood,
+                                              partition, flood_s))
     run = current()
     args = {"nodes": nodes, "bandwidth_mbit": bandwidth_mbit, "loss_pct": loss_pct,
             "latency_ms": latency_ms, "flood": flood, "partition": partition, "flood_s": flood_s}
@@ -46,3 +41,20 @@ def saturate_network(nodes: list[str] | None = None, bandwidth_mbit: float = 50.
             flood=flood, partition=partition, flood_s=flood_s, record=record)
         run.ledger.update(record, evidence=evidence)
     return evidence
+
+
+@validates(saturate_network)
+def _check(nodes: list[str] | None = None, bandwidth_mbit: float = 50.0, loss_pct: float = 0.0,
+           latency_ms: float = 0.0, flood: bool = True, partition: bool = False,
+           flood_s: float = 120.0) -> list[Problem]:
+    problems = range_problems(bandwidth_mbit=(bandwidth_mbit, 0, 100_000),
+                              loss_pct=(loss_pct, 0, 100), latency_ms=(latency_ms, 0, 60_000),
+                              flood_s=(flood_s, 1, 3600))
+    problems += node_list("nodes", nodes)
+    if nodes == []:
+        problems.append(("nodes", "is empty: name at least one node, e.g. ['worker-1']"))
+    if not problems and not (bandwidth_mbit or loss_pct or partition or flood):
+        problems.append(("bandwidth_mbit", f"is {bandwidth_mbit!r} (no limit) and loss_pct, "
+                                           "partition and flood are off: the fault would do "
+                                           "nothing"))
+    return problems

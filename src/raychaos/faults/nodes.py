@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from raychaos.errors import ConfigError
-from raychaos.faults._validate import check_range
+from raychaos.faults._validate import Problem, raise_problems, range_problems, validates
 from raychaos.runtime import current
 
 __all__ = ["drain_gpu_nodes"]
@@ -33,14 +32,8 @@ def drain_gpu_nodes(count: int = 1, selector: dict[str, str] | None = None,
     :returns: evidence: states each node went through (ALIVE → DRAINING → DEAD → REPLACED),
         GPU capacity over time, drain-to-replacement seconds.
     """
-    check_range("drain_gpu_nodes", count=(count, 1, None), deadline_s=(deadline_s, 0, 3600),
-                replace_delay_s=(replace_delay_s, 0, 3600))
-    if reason not in ("preemption", "idle"):
-        raise ConfigError(f"drain_gpu_nodes: reason: must be 'preemption' or 'idle', "
-                          f"got {reason!r}")
-    if selector is not None and not isinstance(selector, dict):
-        raise ConfigError(f"drain_gpu_nodes: selector: expected a mapping of labels, "
-                          f"got {selector!r}")
+    raise_problems("drain_gpu_nodes", _check(count, selector, deadline_s, reason, replace,
+                                             replace_delay_s))
     run = current()
     args = {"count": count, "selector": selector, "deadline_s": deadline_s, "reason": reason,
             "replace": replace, "replace_delay_s": replace_delay_s}
@@ -51,3 +44,34 @@ def drain_gpu_nodes(count: int = 1, selector: dict[str, str] | None = None,
                                           replace_delay_s=replace_delay_s, record=record)
         run.ledger.update(record, evidence=evidence)
     return evidence
+
+
+@validates(drain_gpu_nodes)
+def _check(count: int = 1, selector: dict[str, str] | None = None, deadline_s: float = 10.0,
+           reason: str = "preemption", replace: bool = True,
+           replace_delay_s: float = 5.0) -> list[Problem]:
+    problems = range_problems(count=(count, 1, 64), deadline_s=(deadline_s, 0, 3600),
+                              replace_delay_s=(replace_delay_s, 0, 3600))
+    if reason not in ("preemption", "idle"):
+        problems.append(("reason", f"must be 'preemption' or 'idle', got {reason!r}"))
+    if selector is not None:
+        if not isinstance(selector, dict):
+            problems.append(("selector", f"expected a mapping of labels, got {selector!r}"))
+        elif not selector:
+            problems.append(("selector", "is empty: name at least one label, or leave it out "
+                                         "to match any GPU node"))
+        elif not all(isinstance(k, str) and k and isinstance(v, str) and v
+                     for k, v in selector.items()):
+            problems.append(("selector", f"labels must be non-empty strings, got {selector!r}"))
+    return problems
+
+
+def _preflight(target: Any, count: int = 1, selector: dict[str, str] | None = None,
+               **_ignored: Any) -> None:
+    """A selector that matches no GPU node fails now, before loads start (NothingMatched)."""
+    select = getattr(target, "select_drain_victims", None)
+    if select is not None:
+        select(count, selector)
+
+
+drain_gpu_nodes.preflight = _preflight  # type: ignore[attr-defined]

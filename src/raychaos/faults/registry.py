@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from raychaos.errors import ConfigError
-from raychaos.faults._validate import check_range
+from raychaos.faults._validate import (Problem, node_list, raise_problems, range_problems,
+                                      validates)
 from raychaos.runtime import current
 
 __all__ = ["throttle_registry_pulls"]
@@ -31,12 +31,8 @@ def throttle_registry_pulls(rate_mbit: float = 20.0, latency_ms: float = 0.0,
     :returns: evidence: pull rate before/during (measured from a pod), the shaped tc class,
         and the pulls of restarted workers.
     """
-    check_range("throttle_registry_pulls", rate_mbit=(rate_mbit, 0.001, 100_000),
-                latency_ms=(latency_ms, 0, 60_000), error_rate=(error_rate, 0, 0.99),
-                image_mb=(image_mb, 0.001, 10_000))
-    if restart_workers is not None and not isinstance(restart_workers, list):
-        raise ConfigError(f"throttle_registry_pulls: restart_workers: expected a list of "
-                          f"node names, got {restart_workers!r}")
+    raise_problems("throttle_registry_pulls", _check(rate_mbit, latency_ms, error_rate, image_mb,
+                                                     restart_workers))
     run = current()
     args = {"rate_mbit": rate_mbit, "latency_ms": latency_ms, "error_rate": error_rate,
             "image_mb": image_mb, "restart_workers": restart_workers}
@@ -46,3 +42,12 @@ def throttle_registry_pulls(rate_mbit: float = 20.0, latency_ms: float = 0.0,
             image_mb=image_mb, restart_workers=restart_workers, record=record)
         run.ledger.update(record, evidence=evidence)
     return evidence
+
+
+@validates(throttle_registry_pulls)
+def _check(rate_mbit: float = 20.0, latency_ms: float = 0.0, error_rate: float = 0.0,
+           image_mb: float = 32.0, restart_workers: list[str] | None = None) -> list[Problem]:
+    problems = range_problems(rate_mbit=(rate_mbit, 0.001, 100_000),
+                              latency_ms=(latency_ms, 0, 60_000), error_rate=(error_rate, 0, 0.99),
+                              image_mb=(image_mb, 0.001, 10_000))
+    return problems + node_list("restart_workers", restart_workers)

@@ -79,7 +79,7 @@ def job_survival(timeout_s: float = 90.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     states: dict[str, str] = {}
     while True:
-        states = {name: run.target.job_status(job_id) for name, job_id in jobs.items()}
+        states = {name: _status(run.target, job_id) for name, job_id in jobs.items()}
         if all(s not in ("UNKNOWN", "PENDING") for s in states.values()) or \
                 time.monotonic() > deadline:
             break
@@ -94,6 +94,18 @@ def job_survival(timeout_s: float = 90.0) -> dict[str, Any]:
                 "survived": len(survived), "total": len(jobs),
                 "ratio": len(survived) / len(jobs) if jobs else None,
                 "lost": sorted(set(jobs) - set(survived))}
-    verdict = "n/a" if not jobs else ("pass" if len(survived) == len(jobs) else "fail")
+    unseen = sorted(n for n, s in states.items() if s == "UNKNOWN")
+    if unseen:  # not observed is not lost, and certainly not survived: say so
+        evidence["unobserved"] = unseen
+        evidence["lost"] = sorted(set(evidence["lost"]) - set(unseen))
+    verdict = ("n/a" if not jobs else "unknown" if unseen
+               else "pass" if len(survived) == len(jobs) else "fail")
     run.record_probe("job_survival", verdict, evidence)
     return evidence
+
+
+def _status(target: Any, job_id: str) -> str:
+    try:
+        return target.job_status(job_id)
+    except Exception:  # the Jobs API did not answer: that is UNKNOWN, not a crash
+        return "UNKNOWN"

@@ -50,6 +50,7 @@ class Monitor:
         self.cpu_seconds = 0.0
         self._events_since = clock.wall0
         self.resources: dict[str, Any] = {}
+        self.job_every_s = 1.0  # the Jobs API is slower and load stats come per second
 
     def start(self) -> None:
         for fn, name in ((self._sample_loop, "raychaos-gcs-sampler"),
@@ -124,11 +125,15 @@ class Monitor:
                 self.timeline.event("monitor_error", "extra-source", error=repr(exc))
 
     def _job_loop(self) -> None:
-        while not self._stop.wait(1.0):
+        while not self._stop.wait(self.job_every_s):
             cpu0 = time.thread_time()
             states = {}
             for name, job_id in self.jobs().items():
-                states[job_id] = self.target.job_status(job_id)
+                try:
+                    states[job_id] = self.target.job_status(job_id)
+                except Exception as exc:  # a flaky target must not kill the poller
+                    states[job_id] = "UNKNOWN"
+                    self.timeline.event("monitor_error", f"job:{name}", error=repr(exc))
             if states:
                 self.job_states.update(states)
                 self.timeline.write("jobs", jobs=states)

@@ -96,6 +96,12 @@ class KubernetesTarget:
             self.api.close()
             self.api = None
 
+    def run_lock(self) -> Any:
+        """One run at a time on this RayCluster: a coordination.k8s.io Lease next to it."""
+        from raychaos.targets.k8s_lease import LeaseLock
+
+        return LeaseLock(self._api(), self.ns, self.cluster)
+
     def _api(self) -> ApiSession:
         if self.api is None:
             raise TargetUnavailable("kubernetes target: connect() was not called")
@@ -123,6 +129,7 @@ class KubernetesTarget:
         gpu_nodes = [n["metadata"]["name"] for n in api.read(api.core.list_node)["items"]
                      if gpu_count(n) > 0]
         return {"kind": self.kind, "api": api.host, "namespace": self.ns,
+                "context": self.spec.context, "kubeconfig": self.spec.kubeconfig,
                 "cluster": self.cluster, "run_id": self.run_id, "gcs_ft": self.gcs_ft(),
                 "worker_groups": groups, "gpu_nodes": gpu_nodes, "dry_run": api.gate.dry_run,
                 "dashboard_url": self.spec.dashboard_url

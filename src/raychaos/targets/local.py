@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from raychaos.config import LocalClusterSpec
 from raychaos.errors import FaultFailed, RollbackFailed, TargetUnavailable
+from raychaos.redact import redact_text
 from raychaos.results import write_json_atomic
 from raychaos.targets.base import NodeInfo
 from raychaos.targets.local_faults import LocalFaultsMixin
@@ -286,6 +287,12 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
     def close(self) -> None:
         self._gcs_client = None
 
+    def run_lock(self) -> Any:
+        """The one-run-at-a-time lock of this cluster: a file in its state folder."""
+        from raychaos.locking import RunLock
+
+        return RunLock(self.state_dir / "run.lock", f"local cluster '{self.spec.name}'")
+
     def describe(self) -> dict[str, Any]:
         cluster = self._cluster() or {}
         return {"kind": "local", "name": self.spec.name, "mode": cluster.get("mode"),
@@ -293,7 +300,8 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
                 "dashboard_url": cluster.get("dashboard_url"),
                 "gcs_fault_tolerance": self.spec.gcs_storage != "none",
                 "gcs_storage": self.spec.gcs_storage, "workers": self.spec.workers,
-                "gpu_workers": self.spec.gpu_workers, "state_dir": str(self.state_dir)}
+                "gpu_workers": self.spec.gpu_workers, "state_dir": str(self.state_dir),
+                "redis_address": redact_text(self.spec.redis_address or "") or None}
 
     def _client(self) -> Any:
         from ray._raylet import GcsClient
@@ -378,6 +386,9 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
         old = self.head_identity()
         if not old["pid"]:
             raise FaultFailed(f"local cluster '{self.spec.name}': no running head to kill")
+        # write-ahead: the ledger names the undo before the kill, so a crash right after it
+        # still leaves `raychaos rollback` something to wait for
+        record["undo"] = {"kind": "ensure_head", "old_pid": old["pid"]}
         if mode == "gcs":
             if not old["gcs_pid"]:
                 raise FaultFailed(f"local cluster '{self.spec.name}': no gcs_server process "
@@ -390,7 +401,6 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
         still = wait_gone(victims[:1], timeout=5)
         if still:
             raise FaultFailed(f"SIGKILL of PID {still[0]} did not take effect within 5 s")
-        record["undo"] = {"kind": "ensure_head", "old_pid": old["pid"]}
         return {"mode": mode, "signal": "SIGKILL", "killed_pids": victims, "old": old,
                 "killed_at": killed_at, "landed": True}
 
@@ -412,6 +422,11 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
         if kind == "ensure_head":
             if not self.is_up():
                 return {"undone": True, "note": "cluster is down; nothing to restore"}
+            now = self.head_identity()
+            if now["pid"] == undo.get("old_pid") and _alive(now["pid"]) \
+                    and now["state"] == "running" and self.gcs_alive(1.0):
+                # interrupted (or crashed) before the kill: the old head is still serving
+                return {"undone": True, "note": "the head was never killed", "pid": now["pid"]}
             result = self.wait_head_back({"pid": undo.get("old_pid")}, timeout=120)
             if not result["back"]:
                 raise RollbackFailed(f"local cluster '{self.spec.name}': the head did not come "
@@ -420,6 +435,14 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
         if not kind:
             return {"undone": True, "note": "nothing was changed"}
         return self.undo_local_fault(record)
+
+
+def _alive(pid: int | None) -> bool:
+    try:
+        return bool(pid) and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] \
+            != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _spec_dict(spec: LocalClusterSpec) -> dict[str, Any]:

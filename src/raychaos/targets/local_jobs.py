@@ -44,8 +44,11 @@ class JobsMixin:
             entrypoint_resources={DRIVER_RESOURCE: 1} if on_driver_node else None)
 
     def job_status(self, job_id: str) -> str:
-        try:
-            return str(self._jobs().get_job_status(job_id).value)
+        from raychaos.retry import with_backoff
+
+        try:  # a read: safe to repeat while the dashboard blinks
+            return with_backoff(lambda: str(self._jobs().get_job_status(job_id).value),
+                                attempts=2, first_delay_s=0.2)
         except Exception as exc:
             if "does not exist" in str(exc) or "404" in str(exc):
                 return "MISSING"

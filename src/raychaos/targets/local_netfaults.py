@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from raychaos.errors import ConfigError, FaultFailed, NothingMatched, RollbackFailed
+from raychaos.results import checkpoint
 from raychaos.targets.local_shaping import (
     NFT_TABLE, add_tbf, del_root_qdisc, netem_available, nft_table_add, nft_table_del,
     nft_tables, root_qdisc, sh,
@@ -96,6 +97,7 @@ class NetFaultsMixin:
             if bandwidth_bps:
                 for dev, ns in links:
                     undo["qdiscs"].append({"dev": dev, "netns": ns})
+                    checkpoint(record)  # on disk before the qdisc exists
                     applied["qdiscs"][f"{ns or 'host'}/{dev}"] = add_tbf(dev, bandwidth_bps, ns)
             rules = []
             if partition:
@@ -104,6 +106,7 @@ class NetFaultsMixin:
                 rules = [f"numgen random mod 10000 < {int(round(loss_pct * 100))} drop"]
             if rules:
                 undo["nft"].append({"netns": plan["netns"]})
+                checkpoint(record)
                 applied["nft"][name] = nft_table_add(plan["netns"], rules)
         if flood and not partition:
             rate = bandwidth_bps * 2 if bandwidth_bps else 200e6  # paced: load, not a CPU burn
@@ -111,10 +114,12 @@ class NetFaultsMixin:
                 sink = _spawn(pods[name]["netns"], "recv", pods[name]["ip"], FLOOD_PORT,
                               flood_s, pipe=False)
                 undo["pids"].append(sink.pid)
+                checkpoint(record)
                 time.sleep(0.3)
                 src = _spawn(pods[peer]["netns"], "send", pods[name]["ip"], FLOOD_PORT,
                              flood_s, rate, pipe=False)
                 undo["pids"].append(src.pid)
+                checkpoint(record)
             time.sleep(0.5)
         during = self.measure_transfer(peer, probe_dst, seconds=2.0 if partition else 1.5)
         limit = bandwidth_bps or None

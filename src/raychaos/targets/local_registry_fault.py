@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from raychaos.errors import ConfigError, FaultFailed, NothingMatched, RollbackFailed
+from raychaos.results import checkpoint
 from raychaos.targets.local_registry import pull_image
 from raychaos.targets.local_shaping import add_port_htb, del_root_qdisc, netem_available, sh
 
@@ -32,8 +33,14 @@ IMAGE_NAME = "raychaos/ray-node:flt"
 class RegistryFaultMixin:
     """Registry-throttle mechanics of LocalTarget (needs ``_cluster``, ``net``...)."""
 
-    def start_registry(self, image_mb: float, error_rate: float = 0.0) -> dict[str, Any]:
-        """Start the registry process on the bridge gateway; its PID, address and image."""
+    def start_registry(self, image_mb: float, error_rate: float = 0.0,
+                       undo: dict[str, Any] | None = None,
+                       record: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Start the registry process on the bridge gateway; its PID, address and image.
+
+        With ``undo``/``record`` the PID goes to the ledger as soon as the process exists, before
+        waiting for it to listen: a crash in between must not orphan it.
+        """
         host = self.net.gateway  # type: ignore[attr-defined]
         with socket.socket() as probe:
             probe.bind((host, 0))
@@ -43,6 +50,9 @@ class RegistryFaultMixin:
                                  str(image_mb), str(error_rate)], stdout=subprocess.PIPE,
                                 stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
+        if undo is not None:
+            undo["pid"] = proc.pid
+            checkpoint(record or {})
         line = proc.stdout.readline().decode() if proc.stdout else ""
         if "listening" not in line:
             proc.kill()
@@ -75,11 +85,12 @@ class RegistryFaultMixin:
         undo: dict[str, Any] = {"kind": "registry_throttle", "pid": None, "bridge": bridge,
                                 "image": None, "restarted": restart}
         record["undo"] = undo
-        server = self.start_registry(image_mb, error_rate)
+        server = self.start_registry(image_mb, error_rate, undo=undo, record=record)
         undo["pid"] = server["pid"]
         images = self.state_dir / "images"  # type: ignore[attr-defined]
         before = pull_image(server["image"], images / "probe", netns=pods[probe]["netns"])
         undo["qdisc"] = True
+        checkpoint(record)
         classes = add_port_htb(bridge, server["port"], rate_bps)
         during = pull_image(server["image"], images / "probe", netns=pods[probe]["netns"])
         counters = sh("tc", "-s", "class", "show", "dev", bridge, "classid", "1:20").stdout

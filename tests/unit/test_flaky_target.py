@@ -1,0 +1,168 @@
+"""A flaky target: a dashboard on loopback that answers 5xx or hangs. The monitor writes "down"
+and UNKNOWN on the timeline and keeps sampling, reads are retried with backoff, and a probe that
+could not observe never turns into a pass (nor into a "lost" job)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raychaos.experiment import load_experiment
+from raychaos.probes.jobs import job_survival
+from raychaos.probes.monitor import Monitor
+from raychaos.results import Clock, Ledger, Timeline, read_timeline
+from raychaos.retry import with_backoff
+from raychaos.runtime import Run, activate, deactivate
+from raychaos.session import Session
+from raychaos.targets.base import NodeInfo
+
+BASE = Path(__file__).resolve().parent / "bad_inputs" / "_good-base.yaml"
+
+
+class FlakyDashboard:
+    """``mode``: ok | 5xx | hang; ``fail_next`` answers that many requests 503 first."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.fail_next = 0
+        self.requests = 0
+        dash = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                dash.requests += 1
+                if dash.mode == "hang":
+                    time.sleep(0.5)
+                if dash.mode == "5xx" or dash.fail_next > 0:
+                    dash.fail_next = max(0, dash.fail_next - 1)
+                    self.send_response(503)
+                    self.end_headers()
+                    return
+                body = json.dumps({"status": "RUNNING", "up": True}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class FlakyTarget:
+    """The Target methods the monitor and probes use, over HTTP to the flaky dashboard."""
+
+    kind = "fake"
+
+    def __init__(self, url: str):
+        self.url = url
+
+    def _get(self, path: str, timeout: float) -> dict[str, Any]:
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:  # noqa: S310
+            return json.loads(resp.read())
+
+    def gcs_alive(self, timeout: float = 0.5) -> bool:
+        try:
+            return bool(self._get("/api/gcs", min(timeout, 0.2))["up"])
+        except Exception:
+            return False
+
+    def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:
+        self._get("/api/nodes", 0.2)
+        return [NodeInfo("h" * 12, "head", "127.0.0.1", "ALIVE", is_head=True),
+                NodeInfo("w" * 12, "worker-1", "127.0.0.1", "ALIVE", gpus=1.0)]
+
+    def job_status(self, job_id: str) -> str:
+        try:
+            return with_backoff(lambda: self._get(f"/api/jobs/{job_id}", 0.2)["status"],
+                                attempts=2, first_delay_s=0.02)
+        except Exception:
+            return "UNKNOWN"
+
+    def job_log_lines(self, job_id: str) -> list[str]:
+        raise ConnectionError("log endpoint unreachable")  # the poller must survive this
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "fake", "dashboard_url": self.url}
+
+
+@pytest.fixture
+def dashboard():
+    dash = FlakyDashboard()
+    try:
+        yield dash
+    finally:
+        dash.close()
+
+
+def test_monitor_records_down_and_unknown_and_keeps_sampling(dashboard, tmp_path):
+    clock = Clock()
+    timeline = Timeline(tmp_path / "timeline.jsonl", clock)
+    monitor = Monitor(FlakyTarget(dashboard.url), timeline, clock, interval_s=0.05,
+                      jobs=lambda: {"storm": "job-1"})
+    monitor.job_every_s = 0.1
+    monitor.start()
+    try:
+        for mode, seconds in (("ok", 0.25), ("5xx", 0.5), ("hang", 0.4), ("ok", 0.3)):
+            dashboard.mode = mode
+            time.sleep(seconds)
+    finally:
+        monitor.stop()
+        timeline.close()
+    records = read_timeline(tmp_path / "timeline.jsonl")
+    ups = [r["gcs_up"] for r in records if r["kind"] == "sample"]
+    assert True in ups and False in ups, "down is recorded as down"
+    assert ups[-1] is True, "the monitor kept sampling and saw the recovery"
+    states = [s for r in records if r["kind"] == "jobs" for s in r["jobs"].values()]
+    assert "UNKNOWN" in states
+    assert any(r.get("event") == "monitor_error" for r in records), "errors are on the timeline"
+
+
+def test_reads_are_retried_with_backoff(dashboard):
+    delays: list[float] = []
+    dashboard.fail_next = 2
+    target = FlakyTarget(dashboard.url)
+    value = with_backoff(lambda: target._get("/api/jobs/x", 0.5)["status"], attempts=4,
+                         first_delay_s=0.01, sleep=lambda d: delays.append(d))
+    assert value == "RUNNING" and dashboard.requests == 3
+    assert delays == [0.01, 0.02], "exponential backoff"
+
+
+def test_unobserved_job_is_neither_survived_nor_lost_and_the_verdict_is_error(dashboard,
+                                                                              tmp_path):
+    dashboard.mode = "5xx"
+    clock = Clock()
+    timeline = Timeline(tmp_path / "timeline.jsonl", clock)
+    exp = load_experiment(BASE)
+    run = Run(run_id="r1", run_dir=tmp_path, settings=exp.settings,
+              target=FlakyTarget(dashboard.url),  # type: ignore[arg-type]
+              clock=clock, timeline=timeline,
+              ledger=Ledger(tmp_path / "ledger.json", "r1", {"kind": "fake"}))
+    run.jobs["storm"] = "job-1"
+    activate(run)
+    try:
+        evidence = job_survival(timeout_s=0.1)
+    finally:
+        deactivate()
+    assert evidence["unobserved"] == ["storm"] and evidence["lost"] == []
+    assert run.probes[0]["verdict"] == "unknown"
+    session = Session(exp, results_root=tmp_path)
+    summary = session._summarize(run, None, "completed", [])
+    timeline.close()
+    assert summary["verdict"] == "error" and summary["exit_code"] == 2
+    assert any("could not observe ['storm']" in e for e in summary["errors"])
