@@ -73,6 +73,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_RUNS] = {}
     config.stash[_TARGET] = _target(config)
     config.stash[_RUNNER] = _runner(config)
+    if (config.getoption("raychaos") or config.getini("raychaos_experiments")) \
+            and config.pluginmanager.has_plugin("locust"):
+        # locust's plugin imports locust, whose gevent monkey-patching breaks (or kills) a
+        # process that also runs Ray: refuse before anything starts
+        raise pytest.UsageError("raychaos: Locust's pytest plugin is loaded in this process, "
+                                "which breaks Ray; add `-p no:locust` to the pytest command")
 
 
 def _wanted(path: Path, config: pytest.Config) -> bool:

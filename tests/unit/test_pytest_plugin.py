@@ -18,7 +18,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
-PLUGIN = ("-p", "raychaos.pytest_plugin")
+PLUGIN = ("-p", "no:locust", "-p", "raychaos.pytest_plugin")
 FAKE = ("--raychaos-runner", "fake_runner:run")
 
 FAKE_RUNNER = '''
@@ -155,3 +155,11 @@ def test_entry_point_is_named_after_its_module() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["entry-points"]["pytest11"] == {
         "raychaos.pytest_plugin": "raychaos.pytest_plugin"}
+
+
+def test_refuses_to_run_experiments_next_to_locusts_plugin(project: pytest.Pytester) -> None:
+    pytest.importorskip("locust")
+    result = project.runpytest("-p", "raychaos.pytest_plugin", *FAKE, "--raychaos",
+                               "experiments/head-kill.yaml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "add `-p no:locust`" in "\n".join(result.errlines)

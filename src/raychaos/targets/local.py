@@ -221,8 +221,11 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
             if not self.supervisor_alive():
                 raise TargetUnavailable(f"local cluster '{self.spec.name}': the supervisor "
                                         f"exited; see {self.state_dir / 'supervisor.log'}")
-            alive = [n for n in self.nodes(timeout=1.0) if n.state == "ALIVE"] \
-                if self.gcs_alive(0.5) else []
+            try:  # a GCS still starting up (or a loaded box) may miss a deadline: ask again
+                alive = [n for n in self.nodes(timeout=2.0) if n.state == "ALIVE"] \
+                    if self.gcs_alive(1.0) else []
+            except Exception:
+                alive = []
             if len(alive) != shown:
                 shown = len(alive)
                 self.progress(f"  {shown}/{want} nodes alive")
