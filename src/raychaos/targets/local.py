@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,19 +25,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 from raychaos.config import LocalClusterSpec
-from raychaos.errors import FaultFailed, RollbackFailed, TargetUnavailable
+from raychaos.errors import RollbackFailed, TargetUnavailable
 from raychaos.redact import redact_text
 from raychaos.results import write_json_atomic
 from raychaos.targets.base import NodeInfo
 from raychaos.targets.local_faults import LocalFaultsMixin
+from raychaos.targets.local_head import HeadMixin
 from raychaos.targets.local_jobs import JobsMixin
 from raychaos.targets.local_net import PodNetwork, netns_supported
-from raychaos.targets.local_nodes import NodePlan, find_child, find_marked, kill_tree, wait_gone
+from raychaos.targets.local_plan import DRIVER_RESOURCE, GPU_LABEL, plan_nodes
+from raychaos.targets.local_nodes import NodePlan, find_marked, kill_tree, wait_gone
 
 __all__ = ["LocalTarget", "default_state_root"]
 
-DRIVER_RESOURCE = "raychaos_driver"
-GPU_LABEL = "raychaos.io/node-group"
 STATES = {0: "ALIVE", 1: "DEAD"}
 
 
@@ -46,13 +45,7 @@ def default_state_root() -> Path:
     return Path(os.environ.get("RAYCHAOS_STATE_ROOT", "/tmp/raychaos"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LocalTarget(JobsMixin, LocalFaultsMixin):
+class LocalTarget(JobsMixin, HeadMixin, LocalFaultsMixin):
     kind = "local"
 
     def __init__(self, spec: LocalClusterSpec, state_root: str | Path | None = None,
@@ -80,50 +73,7 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
         return "host" if reason else "netns"
 
     def _plan(self, mode: str) -> list[NodePlan]:
-        mb = 1024 * 1024
-        plans = []
-        for index in range(self.spec.workers + 1):
-            head = index == 0
-            name = "head" if head else f"worker-{index}"
-            gpu = not head and index <= self.spec.gpu_workers
-            env = {}
-            if head and self.spec.gcs_storage == "rocksdb":
-                env = {"RAY_gcs_storage": "rocksdb",
-                       "RAY_gcs_storage_path": str(self.state_dir / "gcs")}
-            elif head and self.spec.gcs_storage == "redis":
-                env = {"RAY_REDIS_ADDRESS": self.spec.redis_address or "",
-                       "RAY_external_storage_namespace": self.spec.name}
-            if not head:
-                env["RAY_gcs_rpc_server_reconnect_timeout_s"] = str(
-                    int(self.spec.worker_reconnect_timeout_s))
-            if mode == "netns":
-                ip, netns = self.net.address(index), self.net.netns(name)
-                mount = f"/tmp/rc-{self.net.tag}"
-                ports = {"gcs": 6379, "dashboard": 8265, "metrics": 8080}
-            else:
-                ip, netns = "127.0.0.1", None
-                mount = f"/tmp/rc-{self.net.tag}-{index}"
-                base = 20000 + (int(self.net.tag, 16) % 200) * 100 + index * 10
-                ports = {"agent": base, "metrics": base + 1, "runtime_env": base + 2,
-                         "agent_grpc": base + 3, "client": base + 4,
-                         "min_worker": 30000 + index * 1000,
-                         "max_worker": 30000 + index * 1000 + 999}
-                if head:
-                    ports.update(gcs=_free_port(), dashboard=_free_port())
-            plans.append(NodePlan(
-                name=name, index=index, role="head" if head else "worker", ip=ip, netns=netns,
-                node_dir=str(self.state_dir / "nodes" / name), mount_point=mount,
-                cpus=self.spec.head_cpus if head else self.spec.cpus_per_worker,
-                gpus=self.spec.gpus_per_gpu_worker if gpu else 0.0,
-                memory_bytes=self.spec.memory_mb * mb,
-                object_store_bytes=self.spec.object_store_mb * mb,
-                labels={} if head else {GPU_LABEL: "gpu" if gpu else "cpu"},
-                # drivers (and the sentinel) go to CPU workers when there are any: a drained or
-                # preempted GPU node must not take the load's own driver with it
-                resources={DRIVER_RESOURCE: float(self.spec.driver_slots)}
-                if not head and (not gpu or self.spec.gpu_workers == self.spec.workers) else {},
-                ports=ports, env=env))
-        return plans
+        return plan_nodes(self.spec, self.state_dir, self.net, mode)
 
     # --- state files -----------------------------------------------------------------------
     def _cluster(self) -> dict[str, Any] | None:
@@ -378,46 +328,6 @@ class LocalTarget(JobsMixin, LocalFaultsMixin):
         if not cpu or self.mode != "netns":
             return f"http://{(cpu[0].ip if cpu else '127.0.0.1')}:{port}"
         return f"http://{cpu[0].ip}:{port}"
-
-    def head_identity(self) -> dict[str, Any]:
-        entry = self.status_file().get("nodes", {}).get("head", {})
-        gcs = find_child(entry["pid"], "gcs_server") if entry.get("pid") else None
-        return {"pid": entry.get("pid"), "incarnation": entry.get("incarnation"),
-                "gcs_pid": gcs.pid if gcs else None, "state": entry.get("state")}
-
-    def kill_head(self, mode: str, record: dict[str, Any]) -> dict[str, Any]:
-        old = self.head_identity()
-        if not old["pid"]:
-            raise FaultFailed(f"local cluster '{self.spec.name}': no running head to kill")
-        # write-ahead: the ledger names the undo before the kill, so a crash right after it
-        # still leaves `raychaos rollback` something to wait for
-        record["undo"] = {"kind": "ensure_head", "old_pid": old["pid"]}
-        if mode == "gcs":
-            if not old["gcs_pid"]:
-                raise FaultFailed(f"local cluster '{self.spec.name}': no gcs_server process "
-                                  f"under the head (PID {old['pid']})")
-            os.kill(old["gcs_pid"], signal.SIGKILL)
-            victims = [old["gcs_pid"]]
-        else:
-            victims = kill_tree(old["pid"])
-        killed_at = time.time()
-        still = wait_gone(victims[:1], timeout=5)
-        if still:
-            raise FaultFailed(f"SIGKILL of PID {still[0]} did not take effect within 5 s")
-        return {"mode": mode, "signal": "SIGKILL", "killed_pids": victims, "old": old,
-                "killed_at": killed_at, "landed": True}
-
-    def wait_head_back(self, old: dict[str, Any], timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        t0 = time.time()
-        while time.monotonic() < deadline:
-            new = self.head_identity()
-            if new["pid"] and new["pid"] != old.get("pid") and new["state"] == "running" \
-                    and self.gcs_alive(0.5):
-                return {"back": True, "new": new, "waited_s": round(time.time() - t0, 3),
-                        "head_pid_changed": True}
-            time.sleep(0.2)
-        return {"back": False, "new": self.head_identity(), "waited_s": round(timeout, 3)}
 
     def undo(self, record: dict[str, Any]) -> dict[str, Any]:
         undo = record.get("undo") or {}
