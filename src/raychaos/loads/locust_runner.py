@@ -36,6 +36,8 @@ __all__ = ["LOADS_DIR", "LocustProcess", "locust_command", "stats_format"]
 LOADS_DIR = Path(os.environ.get("RAYCHAOS_LOADS_DIR", Path(__file__).resolve().parents[3] / "loads"))
 PLUGIN = LOADS_DIR / "_locust_stats.py"
 START_GRACE_S = 30.0  # process start + worker connection, on top of the -t cap
+# The load generator must not starve the cluster it measures when both share one machine.
+NICE = ["nice", "-n", "10"] if shutil.which("nice") else []
 
 
 def stats_format() -> ModuleType:
@@ -155,7 +157,7 @@ class LocustProcess:
         self._files += [out, err]
         self._offset = self.stats_path.stat().st_size
         master = subprocess.Popen(
-            self.master_args(port), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+            [*NICE, *self.master_args(port)], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
             env=env, cwd=self.locustfile.parent, process_group=0,
         )
         self._procs.append(master)
@@ -166,7 +168,7 @@ class LocustProcess:
                 log = open(f"{self.stats_path}.worker{i}.log", "ab")  # noqa: SIM115
                 self._files.append(log)
                 self._procs.append(subprocess.Popen(
-                    self.worker_args(port), stdout=log, stderr=subprocess.STDOUT,
+                    [*NICE, *self.worker_args(port)], stdout=log, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, env=env, cwd=self.locustfile.parent,
                     process_group=master.pid,
                 ))

@@ -89,8 +89,10 @@ def gcs_recovery(timeout_s: float = 180.0) -> dict[str, Any]:
                if r.get("kind") == "sample" and r["t"] >= t_kill]
     first_answer = next((r["t"] for r in samples if r.get("gcs_up")), None)
     gcs_back = _stable_since(samples, STABLE_S)
-    nodes_back = next((r["t"] for r in samples if r.get("gcs_up")
-                       and workers_before <= set(r.get("alive_ids") or [])), None)
+    # workers count as back once the GCS has recovered (not at a first answer it then lost)
+    nodes_back = None if gcs_back is None else next(
+        (r["t"] for r in samples if r["t"] >= gcs_back and r.get("gcs_up")
+         and workers_before <= set(r.get("alive_ids") or [])), None)
     down = [r for r in samples if not r.get("gcs_up")]
     evidence = {
         "mode": kill.get("mode"),
