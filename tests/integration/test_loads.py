@@ -24,15 +24,18 @@ parse_line = stats_format().parse_line
 
 @pytest.fixture(scope="module")
 def ray_address():
-    saved = os.environ.pop("RAY_ADDRESS", None)
+    saved = dict(os.environ)
+    os.environ.pop("RAY_ADDRESS", None)
     ray.init(num_cpus=2, num_gpus=1, object_store_memory=100 * 1024**2,
              include_dashboard=False, log_to_driver=False)
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
         ray.shutdown()
-        if saved is not None:
-            os.environ["RAY_ADDRESS"] = saved
+        # ray.init leaves variables in this process's environment that every later
+        # subprocess (a raychaos run under test) would inherit: put it back as it was
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def _run_job(script: str, address: str, *args: str) -> tuple[int, list[dict], str]:
