@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 
-from raychaos.config import LocalClusterSpec
-from raychaos.targets.local import LocalTarget
+from raychaos.config.settings import LocalClusterSpec
+from raychaos.targets.local.target import LocalTarget
 
 
 def main() -> int:
@@ -23,17 +23,19 @@ def main() -> int:
         for limit, flood in ((50e6, False), (50e6, True), (10e6, True)):
             rec: dict = {}
             try:
-                ev = t.saturate_network(["worker-1"], bandwidth_bps=limit, flood=flood,
+                ev = t.saturate_network(nodes=["worker-1"], bandwidth_bps=limit, loss_pct=0.0,
+                                        latency_ms=0.0, flood=flood, partition=False,
                                         flood_s=20, record=rec)
                 rows["network"].append({"limit_mbit": limit / 1e6, "flood": flood,
                                         "before_mbit": ev["before"]["mbit_s"],
                                         "during_mbit": ev["during"]["mbit_s"]})
             finally:
-                t.undo_local_fault(rec)
+                t.undo(rec)
         for mb, rate in ((16, 40e6), (32, 40e6), (16, 20e6)):
             rec = {}
             try:
-                ev = t.throttle_registry_pulls(rate, image_mb=mb, record=rec)
+                ev = t.throttle_registry_pulls(rate_bps=rate, latency_ms=0.0, error_rate=0.0,
+                                               image_mb=mb, restart_workers=None, record=rec)
                 rows["registry"].append({
                     "image_mb": mb, "rate_mbit": rate / 1e6,
                     "unthrottled_s": ev["pull_before"]["seconds"],
@@ -41,15 +43,16 @@ def main() -> int:
                     "ideal_s": round(mb * 8 * 1024 * 1024 / rate, 2),
                     "measured_mbit": round(ev["pull_during"]["rate_bps"] / 1e6, 1)})
             finally:
-                t.undo_local_fault(rec)
+                t.undo(rec)
         rec = {}
         try:
-            ev = t.drain_nodes(count=1, deadline_s=5, replace_delay_s=2, record=rec)
+            ev = t.drain_nodes(count=1, selector=None, deadline_s=5, reason="preemption",
+                               replace=True, replace_delay_s=2, record=rec)
             rows["drain"].append({k: ev[k] for k in (
                 "states", "deadline_s", "dead_after_stop_s", "stop_to_replacement_s",
                 "drain_to_replacement_s")})
         finally:
-            t.undo_local_fault(rec)
+            t.undo(rec)
     finally:
         t.down()
     print(json.dumps(rows, indent=1))

@@ -14,8 +14,8 @@ import statistics
 import tempfile
 import time
 
-from raychaos.config import LocalClusterSpec
-from raychaos.targets.local import LocalTarget
+from raychaos.config.settings import LocalClusterSpec
+from raychaos.targets.local.target import LocalTarget
 
 POLL_S = 0.05
 

@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from raychaos.config import KubernetesSpec
-from raychaos.targets.kubernetes import KubernetesTarget
+from raychaos.config.settings import KubernetesSpec
+from raychaos.targets.kubernetes.target import KubernetesTarget
 from tests.k8s.fakeapi import FakeKube
 
 __all__ = ["main"]

@@ -136,7 +136,8 @@ def main() -> int:
             cli.append(locust_rps(host, args.seconds, False, Path(tmp), n))
             runner.append(locust_rps(host, args.seconds, True, Path(tmp), n))
     server.shutdown()
-    print(f"req/s    locust CLI {[round(x) for x in cli]}  LocustProcess {[round(x) for x in runner]}"
+    print(f"req/s    locust CLI {[round(x) for x in cli]}  "
+          f"LocustProcess {[round(x) for x in runner]}"
           f"  ratio {statistics.mean(runner) / statistics.mean(cli):.3f} (goal >= 0.95)")
     return 0
 

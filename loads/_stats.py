@@ -33,6 +33,23 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
     return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
+def weighted_percentile(pairs, q: float) -> float | None:
+    """Percentile ``q`` (0..100) of values weighted by counts, nearest rank; None when empty.
+
+    ``pairs`` are ``(value, weight)``; a None value or a weight <= 0 is skipped."""
+    items = sorted((v, w) for v, w in pairs if v is not None and w > 0)
+    total = sum(w for _, w in items)
+    if not total:
+        return None
+    rank = q / 100.0 * total
+    seen = 0.0
+    for value, weight in items:
+        seen += weight
+        if seen >= rank - 1e-9:
+            return value
+    return items[-1][0]
+
+
 class SecondStats:
     """Collects completions and failures and emits one stats line per wall-clock second."""
 

@@ -132,14 +132,14 @@ def _positive_int(text: str) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.trials > 1 and not args.dry_run:
-        from raychaos.series import run_trials
+        from raychaos.run.series import run_trials
 
         code, _folder = run_trials(args.experiment, args.trials, slo=args.slo,
                                    results_root=args.results or "results",
                                    state_root=args.state_root, keep_cluster=not args.down,
                                    quiet=args.quiet)
         return code
-    from raychaos.runner import run_experiment_file
+    from raychaos.run.runner import run_experiment_file
 
     target = None
     if args.target:
@@ -152,7 +152,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _gameday(args: argparse.Namespace) -> int:
-    from raychaos.series import run_gameday
+    from raychaos.run.series import run_gameday
 
     code, _folder = run_gameday(args.plan, results_root=args.results,
                                 state_root=args.state_root, quiet=args.quiet)
@@ -160,7 +160,7 @@ def _gameday(args: argparse.Namespace) -> int:
 
 
 def _schedule(args: argparse.Namespace) -> int:
-    from raychaos.gameday import render_yaml, schedule_manifests
+    from raychaos.run.schedule import render_yaml, schedule_manifests
 
     text = render_yaml(schedule_manifests(args.plan, args.cron, args.namespace, args.image,
                                           pvc_name=args.pvc, time_zone=args.time_zone))
@@ -173,8 +173,8 @@ def _schedule(args: argparse.Namespace) -> int:
 
 
 def _local(args: argparse.Namespace) -> int:
-    from raychaos.config import LocalClusterSpec
-    from raychaos.targets.local import LocalTarget
+    from raychaos.config.settings import LocalClusterSpec
+    from raychaos.targets.local.target import LocalTarget
 
     spec = LocalClusterSpec(name=args.name)
     changes = {k: v for k, v in (("workers", args.workers), ("gpu_workers", args.gpu_workers),
@@ -199,7 +199,7 @@ def _local(args: argparse.Namespace) -> int:
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    from raychaos.recovery import rollback_all, rollback_results_dir
+    from raychaos.run.crash import rollback_all, rollback_results_dir
 
     if args.all:
         result = rollback_all(Path(args.results_dir or "results"))
@@ -219,7 +219,7 @@ def _rollback(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from raychaos.compare import compare_runs, format_comparison
+    from raychaos.results.compare import compare_runs, format_comparison
 
     result = compare_runs(args.run_a, args.run_b, tolerance=args.tolerance)
     print(format_comparison(result))
@@ -227,8 +227,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from raychaos.config.experiment import load_experiment
     from raychaos.errors import ConfigError
-    from raychaos.experiment import load_experiment
 
     bad = 0
     for path in args.experiments:
@@ -270,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "rollback":
             return _rollback(args)
         if args.command == "report":
-            from raychaos.junit import write_junit
-            from raychaos.report import build_report
+            from raychaos.results.junit import write_junit
+            from raychaos.results.report import build_report
 
             print(build_report(args.results_dir))
             print(write_junit(args.results_dir))

@@ -1,60 +1,113 @@
-"""The raychaos Chaos Toolkit control: what makes ``chaos run experiments/X.yaml`` work.
+"""The raychaos Chaos Toolkit control: what drives every run, under ``chaos run`` as under
+``raychaos run`` and the pytest plugin.
 
 Declared in every experiment (``controls: [{name: raychaos, provider: {type: python, module:
-raychaos.control}}]``). Under ``chaos run`` it sets the run up before the experiment (target,
-results folder, monitor, loads, sentinel) and judges it after (rollback of anything left, SLOs,
-summary). Under ``raychaos run`` the CLI has already done the setup, and the control stands back.
+raychaos.control}}]``). Before the experiment it starts a :class:`~raychaos.run.session.Session`
+— the one :func:`prepare` handed over (``raychaos run``) or one made from the experiment file
+(``chaos run``); it reports each phase and activity to it; after the experiment it finishes it
+(rollback, verdict, results) and marks Chaos Toolkit's journal with the verdict, so ``chaos run``
+exits non-zero whenever the verdict is not a pass. ``cleanup_control`` finishes a session that
+Chaos Toolkit left without calling ``after_experiment_control`` (an exception out of its
+rollbacks), so a fault is never left applied.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from raychaos import runtime
+from raychaos.errors import ConfigError, RaychaosError
+from raychaos.run.session import Session
 
-__all__ = ["before_experiment_control", "after_experiment_control"]
+__all__ = ["after_activity_control", "after_experiment_control", "before_activity_control",
+           "before_experiment_control", "before_hypothesis_control", "before_method_control",
+           "before_rollback_control", "cleanup_control", "prepare"]
 
-_owned: Any = None  # the Session this control started (chaos run), else None
+_pending: Session | None = None  # handed over by raychaos run, taken by the next experiment
+_session: Session | None = None  # the session of the experiment in progress
+
+
+def prepare(session: Session | None) -> None:
+    """Have the next experiment Chaos Toolkit runs in this process use ``session``."""
+    global _pending
+    _pending = session
 
 
 def before_experiment_control(context: dict[str, Any], experiment: dict[str, Any] | None = None,
                               **_kwargs: Any) -> None:
-    global _owned
-    if runtime._current is not None:
-        return  # raychaos run owns this run
+    global _pending, _session
     from chaoslib.exceptions import InterruptExecution
 
-    from raychaos.errors import RaychaosError
-    from raychaos.experiment import load_experiment
-    from raychaos.session import Session
+    session, _pending = _pending, None
+    if session is None:  # chaos run: the experiment file is on its command line
+        from raychaos.config.experiment import load_experiment
 
-    source = (experiment or context or {}).get("_raychaos_path") or _guess_path(context)
+        try:
+            session = Session(load_experiment(_guess_path(experiment or context)))
+        except ConfigError as exc:
+            for problem in exc.problems:
+                print(f"error: {problem}", file=sys.stderr)
+            print("nothing was started.", file=sys.stderr)
+            raise InterruptExecution(str(exc)) from exc
+    _session = session
     try:
-        exp = load_experiment(source)
-        _owned = Session(exp, progress=print)
-        _owned.start()
+        session.start()
     except RaychaosError as exc:
-        if _owned is not None:
-            _owned.finish(None, "errored", exc)
-            _owned = None
+        session.failed_to_start(exc)
         raise InterruptExecution(str(exc)) from exc
+
+
+def before_hypothesis_control(context: Any, **_kwargs: Any) -> None:
+    if _session is not None:
+        _session.phase("hypothesis")
+
+
+def before_method_control(context: Any, **_kwargs: Any) -> None:
+    if _session is not None:
+        _session.phase("method")
+
+
+def before_rollback_control(context: Any, **_kwargs: Any) -> None:
+    if _session is not None:
+        _session.phase("rollbacks")
+
+
+def before_activity_control(context: dict[str, Any], **_kwargs: Any) -> None:
+    if _session is not None:
+        _session.activity_started(context)
+
+
+def after_activity_control(context: dict[str, Any], state: dict[str, Any] | None = None,
+                           **_kwargs: Any) -> None:
+    if _session is not None:
+        _session.activity_ended(context, state)
 
 
 def after_experiment_control(context: dict[str, Any], state: dict[str, Any] | None = None,
                              **_kwargs: Any) -> None:
-    global _owned
-    if _owned is None:
-        return
-    session, _owned = _owned, None
-    summary = session.finish(state, (state or {}).get("status") or "completed")
-    print(f"raychaos: verdict {summary['verdict']} -> {session.run_dir}")
+    global _session
+    session, _session = _session, None
+    if session is not None:
+        session.finish(state)
 
 
-def _guess_path(context: dict[str, Any]) -> str:
+def cleanup_control() -> None:
+    """Chaos Toolkit calls this in a ``finally``: finish whatever was not finished."""
+    global _session
+    session, _session = _session, None
+    if session is not None and session.summary is None:
+        session.finish(None)
+
+
+def current_session() -> Session | None:
+    return _session
+
+
+def _guess_path(experiment: dict[str, Any]) -> str:
     """``chaos run`` does not tell a control the file's path: find it on the command line."""
-    import sys
-
+    if experiment.get("_raychaos_path"):
+        return str(experiment["_raychaos_path"])
     for arg in reversed(sys.argv):
         if arg.endswith((".yaml", ".yml", ".json")):
             return arg
-    raise FileNotFoundError("cannot tell which experiment file chaos is running")
+    raise ConfigError("cannot tell which experiment file chaos is running")

@@ -8,15 +8,18 @@ any of them into one clear sentence and exit code 2 without a traceback::
     ├── TargetError            the cluster under test
     │   ├── TargetUnavailable  cannot reach / start it
     │   ├── NothingMatched     a selector matched no node, pod or job
-    │   └── TargetBusy         another run holds the target's lock
+    │   ├── TargetBusy         another run holds the target's lock
+    │   └── KubeApiError       the Kubernetes API answered an error (status, reason, message)
     ├── FaultFailed            a fault did not land (no proof it happened)
     ├── RollbackFailed         an undo did not complete: something may still be applied
     ├── ProbeFailed            a probe could not produce evidence at all
     ├── Interrupted            SIGINT/SIGTERM during a run
     └── Aborted                an ``abort_if`` condition held: the run stopped itself
 
-Third-party errors (``ApiException``, Ray errors, ``OSError`` from ``ip``/``tc``) are translated
-where they happen and re-raised ``from exc`` so the original stays on ``__cause__``.
+Third-party errors are translated in one place per target and re-raised ``from exc`` so the
+original stays on ``__cause__``: ``ApiException`` and urllib3 errors in
+:mod:`raychaos.targets.kubernetes.client`, Ray errors in :mod:`raychaos.targets.local.errors`,
+``ip``/``tc``/``nft`` exit statuses in :mod:`raychaos.targets.local.network.shaping`.
 """
 
 from __future__ import annotations
@@ -48,6 +51,17 @@ class NothingMatched(TargetError):
 
 class TargetBusy(TargetError):
     """Another run holds the target."""
+
+
+class KubeApiError(TargetError):
+    """The Kubernetes API server answered with an error; ``status`` is the HTTP code."""
+
+    def __init__(self, status: int, reason: str, message: str, what: str = ""):
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.what = what
+        super().__init__(f"{what + ': ' if what else ''}HTTP {status} {reason}: {message}")
 
 
 class FaultFailed(RaychaosError):

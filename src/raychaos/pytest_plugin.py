@@ -29,8 +29,9 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -115,8 +116,8 @@ def _target(config: pytest.Config) -> Any:
     raw = config.getoption("raychaos_target")
     if not raw:
         return None
-    from raychaos.config import TargetSpec
-    from raychaos.schema import Problems, build
+    from raychaos.config.schema import Problems, build
+    from raychaos.config.settings import TargetSpec
 
     text = Path(raw).read_text(encoding="utf-8") if Path(raw).is_file() else raw
     try:
@@ -132,7 +133,7 @@ def _target(config: pytest.Config) -> Any:
 
 def _run_real(path: str, **kwargs: Any) -> Any:
     """The default runner; imported on first use, so loading the plugin costs nothing."""
-    from raychaos.runner import run_experiment
+    from raychaos.run.runner import run_experiment
 
     return run_experiment(path, quiet=True, **kwargs)
 
@@ -160,7 +161,7 @@ class ExperimentFile(pytest.File):
             return str(self.path)
 
     def collect(self) -> Any:
-        from raychaos.experiment import load_experiment
+        from raychaos.config.experiment import load_experiment
 
         exp = load_experiment(self.shown_path, self.config.getoption("raychaos_slo"))
         yield ExperimentItem.from_parent(self, name="run", kind="run", check="run")
@@ -225,7 +226,7 @@ class ExperimentItem(pytest.Item):
                               + (f" ({errors})" if errors else ""))
         verdict = entry.get("verdict")
         if self.kind == "slo":
-            from raychaos.junit import slo_message
+            from raychaos.results.junit import slo_message
 
             message = slo_message(entry)
             for key in ("value", "threshold"):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import yaml
 
@@ -32,8 +33,8 @@ NOTHING_LEFT = {"processes": [], "namespaces": [], "links": [], "state_dir": []}
 def module_cluster(tmp_path_factory: Any, name: str) -> Iterator[tuple[Any, Path]]:
     """A module's shared local cluster; always torn down, and the teardown proves nothing is
     left (processes, namespaces, links, folders)."""
-    from raychaos.config import LocalClusterSpec
-    from raychaos.targets.local import LocalTarget
+    from raychaos.config.settings import LocalClusterSpec
+    from raychaos.targets.local.target import LocalTarget
 
     root = tmp_path_factory.mktemp("state")
     target = LocalTarget(LocalClusterSpec(name=name, head_restart_delay_s=1), state_root=root)

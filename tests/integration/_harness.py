@@ -13,12 +13,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
-from raychaos.results import read_timeline
+from raychaos.results.store import read_timeline
 
 REPO = Path(__file__).resolve().parents[2]
 SRC = str(REPO / "src")
@@ -34,7 +35,9 @@ def experiment(name: str, method: list[dict[str, Any]], *, loads: bool = False,
         block["loads"] = [{"name": "task_storm", "kind": "ray_job", "script": "loads/task_storm.py",
                            "args": ["--duration", "120", "--rate", "50"]}]
     block.update(extra or {})
-    return {"title": "hd harness under faults", **(top or {}),
+    return {"title": "hd harness under faults",
+            "description": "The harness itself under faults: signals, crashes, bad input.",
+            **(top or {}),
             "controls": [{"name": "raychaos",
                           "provider": {"type": "python", "module": "raychaos.control"}}],
             "extensions": [block],

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from raychaos.runner import run_experiment_file
+from raychaos.run.runner import run_experiment_file
 
 from ._experiments import REPO, module_cluster, raychaos_block, variant
 

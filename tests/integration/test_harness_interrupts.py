@@ -16,11 +16,11 @@ import time
 
 import pytest
 
-from raychaos.config import LocalClusterSpec
-from raychaos.results import read_timeline
-from raychaos.targets.local import LocalTarget
-from raychaos.targets.local_netfaults import _is_probe
-from raychaos.targets.local_registry_fault import _is_registry
+from raychaos.config.settings import LocalClusterSpec
+from raychaos.results.store import read_timeline
+from raychaos.targets.local.network.faults import _is_probe
+from raychaos.targets.local.registry.fault import _is_registry
+from raychaos.targets.local.target import LocalTarget
 
 from ._harness import HarnessRun, action, experiment, run_cli
 

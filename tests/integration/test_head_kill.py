@@ -11,9 +11,9 @@ import os
 
 import pytest
 
-from raychaos.runner import run_experiment_file
+from raychaos.run.runner import run_experiment_file
 
-from ._experiments import REPO, module_cluster, method_args, raychaos_block, variant
+from ._experiments import REPO, method_args, module_cluster, raychaos_block, variant
 
 NAME = "ithk"
 
@@ -74,7 +74,8 @@ def test_head_kill_experiment(cluster, tmp_path, monkeypatch, mode):
         assert (run_dir / name).exists(), name
     lines = (run_dir / "timeline.jsonl").read_text().splitlines()
     samples = [json.loads(x) for x in lines if '"kind": "sample"' in x]
-    gaps = [b["t"] - a["t"] for a, b in zip(samples, samples[1:]) if a["gcs_up"] and b["gcs_up"]]
+    gaps = [b["t"] - a["t"] for a, b in zip(samples, samples[1:], strict=False)
+            if a["gcs_up"] and b["gcs_up"]]
     assert sorted(gaps)[len(gaps) // 2] <= 0.5, "the monitor samples at about 200 ms"
     assert any(json.loads(x).get("kind") == "load" for x in lines)
     assert os.path.isdir(root / NAME), "the run reused the module's cluster and left it up"

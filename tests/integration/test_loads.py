@@ -49,7 +49,8 @@ def _run_job(script: str, address: str, *args: str) -> tuple[int, list[dict], st
 
 
 def _load_module(script: str):
-    spec = importlib.util.spec_from_file_location(f"raychaos_test_{script[:-3]}", LOADS_DIR / script)
+    spec = importlib.util.spec_from_file_location(f"raychaos_test_{script[:-3]}",
+                                                  LOADS_DIR / script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from raychaos.config import LocalClusterSpec, RaychaosSettings
+from raychaos.config.settings import LocalClusterSpec, RaychaosSettings
+from raychaos.context import Run, activate, deactivate
 from raychaos.errors import ConfigError, NothingMatched, RollbackFailed
 from raychaos.faults.network import saturate_network
 from raychaos.faults.nodes import drain_gpu_nodes
 from raychaos.faults.rollback import undo_all, undo_ledger
-from raychaos.results import Clock, Ledger, Timeline
-from raychaos.runtime import Run, activate, deactivate
-from raychaos.targets.local import LocalTarget
+from raychaos.results.store import Clock, Ledger, Timeline
+from raychaos.targets.local.target import LocalTarget
 
 pytestmark = pytest.mark.integration
 
@@ -37,6 +37,14 @@ def target():
     assert t.leftovers() == {"processes": [], "namespaces": [], "links": [], "state_dir": []}
 
 
+def net(t: LocalTarget, nodes: list[str], record: dict | None = None, bandwidth_bps: float = 0.0,
+        loss_pct: float = 0.0, flood: bool = False, partition: bool = False,
+        flood_s: float = 120.0) -> dict:
+    return t.saturate_network(nodes=nodes, bandwidth_bps=bandwidth_bps, loss_pct=loss_pct,
+                              latency_ms=0.0, flood=flood, partition=partition, flood_s=flood_s,
+                              record={} if record is None else record)
+
+
 def _alive(t: LocalTarget) -> tuple[int, float]:
     nodes = [n for n in t.nodes(timeout=2.0) if n.state == "ALIVE"]
     return len(nodes), sum(n.gpus for n in nodes)
@@ -44,7 +52,7 @@ def _alive(t: LocalTarget) -> tuple[int, float]:
 
 def _clean(t: LocalTarget, pids: list[int]) -> None:
     assert t.netfault_leftovers() == {"qdiscs": [], "nft": []}
-    for pod in t._cluster()["nodes"]:
+    for pod in t.cluster.require()["nodes"]:
         ns = pod["plan"]["netns"]
         assert "raychaos" not in subprocess.run(["ip", "netns", "exec", ns, "nft", "list",
                                                  "ruleset"], capture_output=True,
@@ -55,17 +63,17 @@ def _clean(t: LocalTarget, pids: list[int]) -> None:
 
 
 def test_bad_arguments_rejected_before_any_change(target):
-    with pytest.raises(ConfigError, match=r"loss_pct: must be <= 100, got 150"):
+    with pytest.raises(ConfigError, match=r"loss_pct: must be at most 100, got 150"):
         saturate_network(loss_pct=150)
-    with pytest.raises(ConfigError, match=r"bandwidth_mbit: must be >= 0, got -5"):
+    with pytest.raises(ConfigError, match=r"bandwidth_mbit: must be at least 0, got -5"):
         saturate_network(bandwidth_mbit=-5)
     with pytest.raises(NothingMatched, match=r"count=2 but only 1 ALIVE GPU nodes"):
-        target.drain_nodes(count=2, record={})
+        target.select_drain_victims(2, None)
     with pytest.raises(NothingMatched, match=r"no node named 'worker-9'"):
-        target.saturate_network(["worker-9"], bandwidth_bps=1e6, record={})
-    with pytest.raises(ConfigError, match=r"latency_ms=50 needs the tc netem qdisc"):
-        target.saturate_network(["worker-1"], latency_ms=50, record={})
-    assert target._client().get_draining_nodes(timeout=2) == {}
+        net(target, ["worker-9"], bandwidth_bps=1e6)
+    [(arg, why)] = target.refusals("saturate_network", {"latency_ms": 50})
+    assert arg == "latency_ms" and "no tc netem" in why
+    assert not any(n.draining for n in target.cluster.gcs().ask(2.0, draining=True).nodes)
     assert _alive(target) == (3, 1.0)
     _clean(target, [])
 
@@ -73,8 +81,8 @@ def test_bad_arguments_rejected_before_any_change(target):
 def test_saturate_network_lowers_bandwidth_and_undo_removes_everything(target):
     record: dict = {}
     try:
-        ev = target.saturate_network(["worker-1"], bandwidth_bps=20e6, flood=True,
-                                     flood_s=30, record=record)
+        ev = net(target, ["worker-1"], bandwidth_bps=20e6, flood=True, flood_s=30,
+                 record=record)
         assert ev["landed"]
         assert len(ev["applied"]["qdiscs"]) == 2 and all(
             "tbf" in q for q in ev["applied"]["qdiscs"].values())
@@ -83,9 +91,9 @@ def test_saturate_network_lowers_bandwidth_and_undo_removes_everything(target):
         assert len(ev["flood_pids"]) == 2
         assert len(target.netfault_leftovers()["qdiscs"]) == 2
     finally:
-        target.undo_local_fault(record)
+        target.undo(record)
     _clean(target, record["undo"]["pids"])
-    assert target.undo_local_fault(record)["undone"]  # idempotent
+    assert target.undo(record)["undone"]  # idempotent
     after = target.measure_transfer("head", "worker-1", seconds=1.0)
     assert after["rate_bps"] > 20e6 * 5
 
@@ -93,11 +101,11 @@ def test_saturate_network_lowers_bandwidth_and_undo_removes_everything(target):
 def test_random_loss_via_nft_and_undo(target):
     record: dict = {}
     try:
-        ev = target.saturate_network(["worker-1"], loss_pct=30, flood=False, record=record)
+        ev = net(target, ["worker-1"], loss_pct=30, flood=False, record=record)
         assert "numgen random" in ev["applied"]["nft"]["worker-1"]
         assert ev["during"]["rate_bps"] < ev["before"]["rate_bps"] * 0.8
     finally:
-        target.undo_local_fault(record)
+        target.undo(record)
     _clean(target, [])
 
 
@@ -124,7 +132,8 @@ def test_drain_gpu_node_draining_dead_replaced(target, tmp_path):
             time.sleep(0.5)
         assert _gpu_busy(target), (
             f"the GPU task never ran: {target.job_status(job)} {target.job_log_lines(job)[-5:]}")
-        ev = target.drain_nodes(count=1, deadline_s=4, replace_delay_s=1, record=record)
+        ev = target.drain_nodes(count=1, selector=None, deadline_s=4, reason="preemption",
+                                replace=True, replace_delay_s=1, record=record)
         states = ev["states"]["worker-1"]
         assert states[:4] == ["ALIVE", "DRAINING", "DEAD", "REPLACED"], states
         assert ev["gpus_before"] == 1.0 and ev["gpus_after_drain"] == 0.0
@@ -132,7 +141,7 @@ def test_drain_gpu_node_draining_dead_replaced(target, tmp_path):
         assert [c["gpus"] for c in ev["gpu_capacity"]][-1] == 1.0
     finally:
         target.stop_job(job)
-        target.undo_local_fault(record)
+        target.undo(record)
     assert _alive(target) == (3, 1.0)
 
 
@@ -150,22 +159,23 @@ def _gpu_busy(t: LocalTarget) -> bool:
 def test_registry_throttle_slows_pulls_and_undo(target):
     record: dict = {}
     try:
-        ev = target.throttle_registry_pulls(40e6, image_mb=16, error_rate=0.1,
-                                            restart_workers=["worker-2"], record=record)
+        ev = target.throttle_registry_pulls(rate_bps=40e6, latency_ms=0.0, image_mb=16,
+                                            error_rate=0.1, restart_workers=["worker-2"],
+                                            record=record)
         assert ev["pull_before"]["rate_bps"] > 40e6 * 3
         assert 0.5 < ev["rate_ratio"] < 1.3, ev["pull_during"]
         assert "Sent" in ev["shaped_class"] and "1:20" in ev["shaped_class"]
         [pull] = ev["restarts"]
         assert pull["node"] == "worker-2" and pull["bytes"] == 16 * 1024 * 1024
         assert pull["rate_bps"] < 40e6 * 1.3  # the supervisor's pull took the shaped path
-        assert target._cluster()["image"] == ev["image"]
+        assert target.cluster.require()["image"] == ev["image"]
     finally:
-        target.undo_local_fault(record)
-    assert "image" not in target._cluster()
+        target.undo(record)
+    assert "image" not in target.cluster.require()
     assert "htb" not in subprocess.run(["tc", "qdisc", "show", "dev", target.net.bridge],
                                        capture_output=True, text=True).stdout
     assert not Path(f"/proc/{record['undo']['pid']}/cmdline").exists() or \
-        b"local_registry" not in Path(f"/proc/{record['undo']['pid']}/cmdline").read_bytes()
+        b"registry/server.py" not in Path(f"/proc/{record['undo']['pid']}/cmdline").read_bytes()
     deadline = time.monotonic() + 90
     while _alive(target) != (3, 1.0) and time.monotonic() < deadline:
         time.sleep(0.5)

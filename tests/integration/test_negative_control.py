@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from raychaos.config import LocalClusterSpec
-from raychaos.runner import run_experiment_file
-from raychaos.targets.local import LocalTarget
+from raychaos.config.settings import LocalClusterSpec
+from raychaos.run.runner import run_experiment_file
+from raychaos.targets.local.target import LocalTarget
 
 from ._experiments import REPO, method_args, raychaos_block, variant
 

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 

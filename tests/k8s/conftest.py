@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from raychaos.config import KubernetesSpec
-from raychaos.targets.kubernetes import KubernetesTarget
+from raychaos.config.settings import KubernetesSpec
+from raychaos.targets.kubernetes.target import KubernetesTarget
 from tests.k8s.fakeapi import FakeKube
 
 
@@ -42,3 +42,4 @@ def make_target(fake: FakeKube, tmp_path):  # noqa: ANN001 - pytest fixture
 @pytest.fixture
 def target(make_target) -> KubernetesTarget:  # noqa: ANN001
     return make_target()
+

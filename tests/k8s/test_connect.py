@@ -6,9 +6,9 @@ import socket
 
 import pytest
 
-from raychaos.config import KubernetesSpec
+from raychaos.config.settings import KubernetesSpec
 from raychaos.errors import ConfigError, TargetUnavailable
-from raychaos.targets.kubernetes import KubernetesTarget
+from raychaos.targets.kubernetes.target import KubernetesTarget
 
 pytestmark = pytest.mark.k8s
 

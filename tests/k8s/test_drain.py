@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raychaos.errors import ConfigError, FaultFailed, NothingMatched
+from tests.k8s._faults import drain
 
 pytestmark = pytest.mark.k8s
 
@@ -18,7 +19,7 @@ def add_pdb(fake, **spec) -> None:  # noqa: ANN001, ANN003
 
 def test_drain_request_sequence_and_undo(fake, target):
     record: dict = {"fault": "drain_nodes"}
-    ev = target.drain_nodes(record=record, count=1, deadline_s=2)
+    ev = drain(target, record=record, count=1, deadline_s=2)
     assert ev["nodes"] == ["gpu-0"] and ev["cordoned"] == ["gpu-0"]
     assert len(ev["evicted"]) == 2 and ev["blocked"] == []
     assert [s["why"] for s in ev["skipped"]] == ["DaemonSet"]
@@ -40,7 +41,7 @@ def test_drain_request_sequence_and_undo(fake, target):
 
 def test_min_available_pdb_429_is_retried_until_replacement_ready(fake, target):
     add_pdb(fake, minAvailable=3)  # 4 ready workers: one eviction at a time
-    ev = target.drain_nodes(record={}, count=1, deadline_s=2)
+    ev = drain(target, record={}, count=1, deadline_s=2)
     assert len(ev["evicted"]) == 2 and ev["eviction_attempts"] > 2
     codes = [v for m, p, v, _ in fake.requests if p.endswith("/eviction")]
     assert len(codes) == ev["eviction_attempts"]
@@ -50,7 +51,7 @@ def test_max_unavailable_pdb_over_kuberay_pods_names_issue_2662(fake, target):
     add_pdb(fake, maxUnavailable=1)
     record: dict = {}
     with pytest.raises(FaultFailed) as err:
-        target.drain_nodes(record=record, count=1, deadline_s=0.4)
+        drain(target, record=record, count=1, deadline_s=0.4)
     msg = str(err.value)
     assert msg.startswith("drain_nodes: 2 of 2 pods on gpu-0 could not be evicted within 0.4 s "
                           "(HTTP 429): PodDisruptionBudget ray/ray-workers uses maxUnavailable "
@@ -68,24 +69,24 @@ def test_mirror_pods_skipped(fake, target):
         pod = next(p for (_, n), p in fake.store["pods"].items() if n.startswith("demo-gpu")
                    and p["spec"]["nodeName"] == "gpu-0")
         pod["metadata"]["annotations"] = {"kubernetes.io/config.mirror": "x"}
-    ev = target.drain_nodes(record={}, count=1, deadline_s=2)
+    ev = drain(target, record={}, count=1, deadline_s=2)
     assert sorted(s["why"] for s in ev["skipped"]) == ["DaemonSet", "mirror pod"]
     assert len(ev["evicted"]) == 1
 
 
 def test_max_nodes_at_once(target):
     with pytest.raises(ConfigError, match=r"2 nodes match .* but max_nodes_at_once is 1"):
-        target.drain_nodes(record={}, selector="nvidia-present!=no,kubernetes.io/hostname!=cpu-0")
+        drain(target, record={}, selector="nvidia-present!=no,kubernetes.io/hostname!=cpu-0")
 
 
 def test_selector_matching_nothing(target):
     with pytest.raises(NothingMatched, match="no node matches selector 'pool=none'"):
-        target.drain_nodes(record={}, selector="pool=none")
+        drain(target, record={}, selector="pool=none")
 
 
 def test_cleanup_run_uncordons_our_nodes(fake, make_target):
     target = make_target(max_nodes_at_once=2)
-    target.drain_nodes(record={}, count=2, evict=False)
+    drain(target, record={}, count=2, evict=False)
     assert all(fake.get("nodes", "", n)["spec"]["unschedulable"] for n in ("gpu-0", "gpu-1"))
     out = target.cleanup_run("run1")
     assert sorted(out["uncordoned"]) == ["gpu-0", "gpu-1"]

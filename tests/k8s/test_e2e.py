@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from raychaos.config import KubernetesSpec
-from raychaos.targets.kubernetes import KubernetesTarget
+from raychaos.config.settings import KubernetesSpec
+from raychaos.targets.kubernetes.target import KubernetesTarget
 
 KUBECONFIG = os.environ.get("RAYCHAOS_E2E_KUBECONFIG")
 

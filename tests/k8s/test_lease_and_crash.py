@@ -13,9 +13,10 @@ import time
 import pytest
 
 from raychaos.errors import TargetBusy
-from raychaos.recovery import rollback_results_dir
-from raychaos.results import Ledger
-from raychaos.targets.k8s_lease import LeaseLock
+from raychaos.results.store import Ledger
+from raychaos.run.crash import rollback_results_dir
+from raychaos.targets.kubernetes.lease import LeaseLock
+from tests.k8s._faults import drain, saturate, throttle
 
 pytestmark = pytest.mark.k8s
 
@@ -58,13 +59,13 @@ def test_rollback_after_crash_deletes_created_objects_and_uncordons(fake, make_t
     ledger = Ledger(run_dir / "ledger.json", "crash-run", target.describe())
     lease = LeaseLock(target._api(), "ray", "demo", duration_s=1)
     lease.acquire("crash-run")
-    drain = ledger.begin("drain_gpu_nodes", {"count": 1})
-    target.drain_nodes(count=1, deadline_s=2, record=drain)
-    throttle = ledger.begin("throttle_registry_pulls", {})
-    target.throttle_registry_pulls(5e6, nodes=["gpu-0"], registry_hosts=["registry.example"],
-                                  record=throttle)
+    drained = ledger.begin("drain_gpu_nodes", {"count": 1})
+    drain(target, count=1, deadline_s=2, record=drained)
+    throttled = ledger.begin("throttle_registry_pulls", {})
+    throttle(target, 5e6, nodes=["gpu-0"], registry_hosts=["registry.example"],
+             record=throttled)
     net = ledger.begin("saturate_network", {})
-    target.saturate_network(nodes=["gpu-0", "gpu-1"], flood_s=60, record=net)
+    saturate(target, nodes=["gpu-0", "gpu-1"], flood_s=60, record=net)
     # the crash: nothing undone, the ledger on disk is all that is left
     lease._stop.set()
     target.close()

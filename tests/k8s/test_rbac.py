@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.k8s._faults import drain, saturate, throttle
 from tests.k8s.fakeapi import RECORDED_RBAC
 
 pytestmark = pytest.mark.k8s
@@ -38,15 +39,15 @@ def tour(fake, make_target) -> set[tuple[str, str, str]]:  # noqa: ANN001
     ev = t.kill_head("pod", {})
     t.wait_head_back(ev["old"], timeout=3)
     rec: dict = {}
-    t.drain_nodes(record=rec, count=1, deadline_s=2)
+    drain(t, record=rec, count=1, deadline_s=2)
     t.undo(rec)
-    t.throttle_registry_pulls(1e6, nodes=["gpu-0"], registry_hosts=["r.example"], record={})
-    t.saturate_network(record={})
-    t.image_pull_seconds()
+    throttle(t, 1e6, nodes=["gpu-0"], registry_hosts=["r.example"], record={})
+    saturate(t, record={})
+    t.cluster_events(0)
     t.cleanup_run()
     with fake.lock:
         fake.remove("customresourcedefinitions", "", "networkchaos.chaos-mesh.org")
-    t.saturate_network(record={}, nodes=["gpu-0", "gpu-1"])
+    saturate(t, record={}, nodes=["gpu-0", "gpu-1"])
     t.cleanup_run()
     dry = make_target(dry_run=True)
     dry.kill_head("gcs", {})

@@ -1,7 +1,7 @@
 """Hand-made results folders, so report/junit/compare tests need no cluster.
 
 ``make_run`` writes ``timeline.jsonl``, ``ledger.json`` and ``summary.json`` in the formats
-documented in :mod:`raychaos.results`, for a 60 s head-kill run: baseline 0-20 s, the GCS down
+documented in :mod:`raychaos.results.store`, for a 60 s head-kill run: baseline 0-20 s, the GCS down
 from 20 to 26 s, rollback at 30 s, recovery until 60 s. Arguments let a test plant a slower
 recovery, a failing SLO, a crash (no summary, torn last line) or awkward text.
 """

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from raychaos.config.gameday import load_gameday
 from raychaos.errors import ConfigError
-from raychaos.gameday import load_gameday
-from raychaos.runner import run_experiment_file
+from raychaos.run.runner import run_experiment_file
 
 HERE = Path(__file__).resolve().parent / "bad_inputs"
 EXPECTED: dict[str, str] = yaml.safe_load((HERE / "expected.yaml").read_text())
@@ -66,6 +66,6 @@ def test_bad_input_is_rejected_with_one_message_and_nothing_starts(name, tmp_pat
 
 
 def test_good_base_is_valid():
-    from raychaos.experiment import load_experiment
+    from raychaos.config.experiment import load_experiment
 
     assert load_experiment(HERE / "_good-base.yaml").title == "a bad input"

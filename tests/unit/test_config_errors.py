@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from raychaos.config import load_slo_profile
+from raychaos.config.experiment import load_experiment
+from raychaos.config.settings import load_slo_profile
 from raychaos.errors import ConfigError
-from raychaos.experiment import load_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = (REPO / "experiments" / "head-kill.yaml").read_text()

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from raychaos.experiment import load_experiment
+from raychaos.config.experiment import load_experiment
+from raychaos.context import Run, activate, deactivate
+from raychaos.observe.monitor import Monitor
 from raychaos.probes.jobs import job_survival
-from raychaos.probes.monitor import Monitor
-from raychaos.results import Clock, Ledger, Timeline, read_timeline
-from raychaos.retry import with_backoff
-from raychaos.runtime import Run, activate, deactivate
-from raychaos.session import Session
+from raychaos.results.store import Clock, Ledger, Timeline, read_timeline
+from raychaos.run.verdict import summarize
 from raychaos.targets.base import NodeInfo
+from raychaos.targets.retry import with_backoff
 
 BASE = Path(__file__).resolve().parent / "bad_inputs" / "_good-base.yaml"
 
@@ -161,8 +161,7 @@ def test_unobserved_job_is_neither_survived_nor_lost_and_the_verdict_is_error(da
         deactivate()
     assert evidence["unobserved"] == ["storm"] and evidence["lost"] == []
     assert run.probes[0]["verdict"] == "unknown"
-    session = Session(exp, results_root=tmp_path)
-    summary = session._summarize(run, None, "completed", [])
+    summary = summarize(exp, run, None, "completed", [], None, None)
     timeline.close()
     assert summary["verdict"] == "error" and summary["exit_code"] == 2
     assert any("could not observe ['storm']" in e for e in summary["errors"])

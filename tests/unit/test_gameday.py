@@ -10,13 +10,10 @@ import yaml
 from _runs import make_run
 from kubernetes.client import ApiClient
 
+from raychaos.config.gameday import load_gameday
 from raychaos.errors import ConfigError
-from raychaos.gameday import (
-    build_gameday_report,
-    load_gameday,
-    render_yaml,
-    schedule_manifests,
-)
+from raychaos.results.gameday_index import build_gameday_report
+from raychaos.run.schedule import render_yaml, schedule_manifests
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from _runs import make_run, slo
 
-from raychaos.junit import slo_message, write_junit
+from raychaos.results.junit import slo_message, write_junit
 
 pytestmark = pytest.mark.unit
 

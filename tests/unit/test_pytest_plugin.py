@@ -58,7 +58,8 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     """A copy of the catalog's head-kill experiment, its SLO profile and load script, the
     weekly game-day plan (not an experiment), and the fake runner."""
     for rel in ("experiments/head-kill.yaml", "probes/slo-local.yaml", "loads/task_storm.py",
-                "probes/slo-local-serve.yaml", "loads/serve_users.py", "probes/slo-faults-local.yaml",
+                "probes/slo-local-serve.yaml", "loads/serve_users.py",
+                "probes/slo-faults-local.yaml",
                 "experiments/gamedays/weekly.yaml", "experiments/gpu-node-drain.yaml",
                 "probes/slo-faults-local.yaml"):
         (pytester.path / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from _runs import DEFAULT_SLOS, make_run
 
-from raychaos.report import build_report, load_run
+from raychaos.results.report import build_report, load_run
 
 pytestmark = pytest.mark.unit
 
@@ -35,7 +35,7 @@ def test_report_is_one_self_contained_file_with_slos_and_plot(tmp_path: Path) ->
     assert "Kill the head under load" in text
     assert "head_pid_before" in text  # fault evidence
     assert (run / "timeline.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
-    assert "<tr><td>nodes_back_s</td><td>14</td></tr>" in text  # recovery figures
+    assert "<tr><td>nodes_recovery_s</td><td>14</td></tr>" in text  # recovery figures
 
 
 def test_report_leaves_no_pyplot_state_behind(tmp_path: Path) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from raychaos.config import SloProfile, SloSpec
-from raychaos.probes.slo import evaluate, load_metrics, weighted_percentile, windows
-from raychaos.results import Clock, Ledger, Timeline, read_timeline
+from raychaos.config.settings import SloProfile, SloSpec
+from raychaos.observe.slo import evaluate, load_metrics, weighted_percentile, windows
+from raychaos.results.store import Clock, Ledger, Timeline, read_timeline
 
 
 def test_ledger_is_written_before_the_fault_acts(tmp_path):

@@ -16,9 +16,10 @@ from _runs import make_run, slo
 from kubernetes.client import ApiClient
 
 from raychaos import cli
-from raychaos.gameday import load_gameday, render_yaml, schedule_manifests
-from raychaos.runner import Progress, RunOutcome
-from raychaos.series import run_gameday, run_trials, worst_exit
+from raychaos.config.gameday import load_gameday
+from raychaos.run.runner import Progress, RunOutcome
+from raychaos.run.schedule import render_yaml, schedule_manifests
+from raychaos.run.series import run_gameday, run_trials, worst_exit
 
 pytestmark = pytest.mark.unit
 
@@ -113,7 +114,7 @@ def test_trials_write_the_distribution_next_to_the_runs(tmp_path: Path) -> None:
 def test_cli_run_trials_and_gameday_exit_worst(monkeypatch: pytest.MonkeyPatch,
                                                plan: Path, tmp_path: Path) -> None:
     fake = FakeRunner(["pass", "error"])
-    monkeypatch.setattr("raychaos.series._default_run", lambda: fake)
+    monkeypatch.setattr("raychaos.run.series._default_run", lambda: fake)
     assert cli.main(["run", "x.yaml", "--trials", "2", "--results", str(tmp_path)]) == 2
     plan.write_text(plan.read_text().replace("cooldown_s: 7", "cooldown_s: 0")
                     .replace("cooldown_s: 3", "cooldown_s: 0"))

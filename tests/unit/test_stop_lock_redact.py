@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-from raychaos.config import AbortSpec
+from raychaos.config.settings import AbortSpec
 from raychaos.errors import TargetBusy
-from raychaos.locking import RunLock
-from raychaos.probes.abort import AbortWatch
-from raychaos.redact import redact, redact_text
-from raychaos.results import Clock, Ledger, Timeline, read_json, write_json_atomic
-from raychaos.stopping import StopRequested, StopSwitch
+from raychaos.observe.abort import AbortWatch
+from raychaos.results.redact import redact, redact_text
+from raychaos.results.store import Clock, Ledger, Timeline, read_json, write_json_atomic
+from raychaos.run.stopping import StopRequested, StopSwitch
+from raychaos.targets.lock import FileLock
 
 
 # --- stop switch ----------------------------------------------------------------------------
@@ -56,10 +56,10 @@ def test_abort_wakes_the_main_thread_and_is_reported_as_aborted():
 
 # --- run lock ---------------------------------------------------------------------------------
 def test_second_holder_is_refused_naming_the_first(tmp_path):
-    first = RunLock(tmp_path / "run.lock", "local cluster 'hdx'")
+    first = FileLock(tmp_path / "run.lock", "local cluster 'hdx'")
     first.acquire("run-a")
     with pytest.raises(TargetBusy) as err:
-        RunLock(tmp_path / "run.lock", "local cluster 'hdx'").acquire("run-b")
+        FileLock(tmp_path / "run.lock", "local cluster 'hdx'").acquire("run-b")
     assert f"local cluster 'hdx' is in use by run 'run-a' (PID {os.getpid()} on " \
            f"{socket.gethostname()}, since" in str(err.value)
     first.release()
@@ -71,11 +71,11 @@ def test_stale_lock_of_a_dead_pid_is_taken_over(tmp_path):
                           capture_output=True, text=True).stdout.strip()
     (tmp_path / "run.lock").write_text(json.dumps(
         {"pid": int(dead), "host": socket.gethostname(), "run_id": "crashed", "since": 1}))
-    lock = RunLock(tmp_path / "run.lock", "x")
+    lock = FileLock(tmp_path / "run.lock", "x")
     lock.acquire("run-new")
     assert lock.taken_over["run_id"] == "crashed"
     assert read_json(tmp_path / "run.lock")["run_id"] == "run-new"
-    assert not RunLock(tmp_path / "run.lock", "x").clear_stale("run-new"), "holder alive"
+    assert not FileLock(tmp_path / "run.lock", "x").clear_stale("run-new"), "holder alive"
 
 
 # --- abort_if -----------------------------------------------------------------------------------

@@ -10,34 +10,38 @@ rests on a kill that did not happen.
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from raychaos.errors import FaultFailed
-from raychaos.faults._validate import Problem, raise_problems, range_problems, validates
-from raychaos.runtime import current
+from raychaos.config.arguments import Range, fault_action
+from raychaos.context import current
+from raychaos.errors import FaultFailed, RaychaosError
+from raychaos.results.store import Ev
 
 __all__ = ["kill_head"]
 
 
-def kill_head(mode: Literal["head", "pod", "gcs"] = "head", wait_s: float = 180.0) -> dict[str, Any]:
+@fault_action()
+def kill_head(mode: Literal["head", "pod", "gcs"] = "head",
+              wait_s: Annotated[float, Range(1, 3600)] = 180.0) -> dict[str, Any]:
     """Kill the head (``head``/``pod``) or only its ``gcs_server`` (``gcs``) with SIGKILL.
 
     :param mode: ``head``/``pod`` kills the whole head node; ``gcs`` only the GCS process.
     :param wait_s: how long to wait for the new head incarnation before failing the fault.
     :returns: evidence: old/new head identity, kill time, seconds until the head was back.
     """
-    raise_problems("kill_head", _check(mode, wait_s))
     run = current()
     try:
         workers_before = [n.node_id[:12] for n in run.target.nodes(timeout=2.0)
                           if n.state == "ALIVE" and not n.is_head]
-    except Exception:
+    except RaychaosError:
         workers_before = []
     with run.fault("kill_head", {"mode": mode, "wait_s": wait_s}, lasting=False) as record:
         evidence = run.target.kill_head(mode, record)
         evidence["workers_before"] = workers_before
-        run.extras.setdefault("kills", []).append(
-            {"t": run.clock.t_of_wall(evidence["killed_at"]), **evidence})
+        t_kill = run.clock.t_of_wall(evidence["killed_at"])
+        run.timeline.write("event", t=t_kill, event=Ev.HEAD_KILLED, name=mode,
+                           detail={"id": record["id"], "workers_before": workers_before})
+        run.extras.setdefault("kills", []).append({"t": t_kill, **evidence})
         run.ledger.update(record, evidence=evidence)
         back = run.target.wait_head_back(evidence["old"], timeout=wait_s)
         evidence["head_back"] = back
@@ -47,11 +51,3 @@ def kill_head(mode: Literal["head", "pod", "gcs"] = "head", wait_s: float = 180.
         evidence["head_back_s"] = round(time.time() - evidence["killed_at"], 3)
         run.ledger.update(record, evidence=evidence)
     return evidence
-
-
-@validates(kill_head)
-def _check(mode: str = "head", wait_s: float = 180.0) -> list[Problem]:
-    problems = range_problems(wait_s=(wait_s, 1, 3600))
-    if mode not in ("head", "pod", "gcs"):
-        problems.append(("mode", f"expected one of 'head', 'pod', 'gcs', got {mode!r}"))
-    return problems

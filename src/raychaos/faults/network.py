@@ -7,17 +7,47 @@ The evidence is a pod-to-pod TCP transfer measured before and during the fault.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Annotated, Any
 
-from raychaos.faults._validate import Problem, node_list, raise_problems, range_problems, validates
-from raychaos.runtime import current
+from raychaos.config.arguments import Problem, Range, Rule, fault_action
+from raychaos.context import current
 
-__all__ = ["saturate_network"]
+__all__ = ["node_names", "saturate_network"]
 
 
-def saturate_network(nodes: list[str] | None = None, bandwidth_mbit: float = 50.0,
-                     loss_pct: float = 0.0, latency_ms: float = 0.0, flood: bool = True,
-                     partition: bool = False, flood_s: float = 120.0) -> dict[str, Any]:
+def node_names(argument: str, required: bool = False) -> Rule:
+    """A rule: ``argument`` is a list of distinct node names (non-empty when ``required``)."""
+
+    def rule(args: Mapping[str, Any]) -> list[Problem]:
+        value = args.get(argument)
+        if value is None:
+            return []
+        if not all(isinstance(n, str) and n for n in value):
+            return [(argument, f"expected a list of node names, got {value!r}")]
+        if len(set(value)) != len(value):
+            return [(argument, f"names a node twice: {value!r}")]
+        if required and not value:
+            return [(argument, "is empty: name at least one node, e.g. ['worker-1']")]
+        return []
+
+    return rule
+
+
+def _something_to_do(args: Mapping[str, Any]) -> list[Problem]:
+    if not (args["bandwidth_mbit"] or args["loss_pct"] or args["partition"] or args["flood"]):
+        return [("bandwidth_mbit", f"is {args['bandwidth_mbit']!r} (no limit) and loss_pct, "
+                                   "partition and flood are off: the fault would do nothing")]
+    return []
+
+
+@fault_action(rules=[node_names("nodes", required=True), _something_to_do])
+def saturate_network(nodes: list[str] | None = None,
+                     bandwidth_mbit: Annotated[float, Range(0, 100_000)] = 50.0,
+                     loss_pct: Annotated[float, Range(0, 100)] = 0.0,
+                     latency_ms: Annotated[float, Range(0, 60_000)] = 0.0, flood: bool = True,
+                     partition: bool = False,
+                     flood_s: Annotated[float, Range(1, 3600)] = 120.0) -> dict[str, Any]:
     """Degrade the network of ``nodes`` until rolled back.
 
     :param nodes: node names, e.g. ``["worker-1"]`` (the default); one node must stay out.
@@ -30,31 +60,13 @@ def saturate_network(nodes: list[str] | None = None, bandwidth_mbit: float = 50.
     :returns: evidence: transfer rate before/during, the qdiscs and nft tables applied.
     """
     nodes = ["worker-1"] if nodes is None else nodes
-    raise_problems("saturate_network", _check(nodes, bandwidth_mbit, loss_pct, latency_ms, flood,
-                                              partition, flood_s))
     run = current()
     args = {"nodes": nodes, "bandwidth_mbit": bandwidth_mbit, "loss_pct": loss_pct,
             "latency_ms": latency_ms, "flood": flood, "partition": partition, "flood_s": flood_s}
     with run.fault("saturate_network", args) as record:
         evidence = run.target.saturate_network(
-            nodes, bandwidth_bps=bandwidth_mbit * 1e6, loss_pct=loss_pct, latency_ms=latency_ms,
-            flood=flood, partition=partition, flood_s=flood_s, record=record)
+            nodes=nodes, bandwidth_bps=bandwidth_mbit * 1e6, loss_pct=loss_pct,
+            latency_ms=latency_ms, flood=flood, partition=partition, flood_s=flood_s,
+            record=record)
         run.ledger.update(record, evidence=evidence)
     return evidence
-
-
-@validates(saturate_network)
-def _check(nodes: list[str] | None = None, bandwidth_mbit: float = 50.0, loss_pct: float = 0.0,
-           latency_ms: float = 0.0, flood: bool = True, partition: bool = False,
-           flood_s: float = 120.0) -> list[Problem]:
-    problems = range_problems(bandwidth_mbit=(bandwidth_mbit, 0, 100_000),
-                              loss_pct=(loss_pct, 0, 100), latency_ms=(latency_ms, 0, 60_000),
-                              flood_s=(flood_s, 1, 3600))
-    problems += node_list("nodes", nodes)
-    if nodes == []:
-        problems.append(("nodes", "is empty: name at least one node, e.g. ['worker-1']"))
-    if not problems and not (bandwidth_mbit or loss_pct or partition or flood):
-        problems.append(("bandwidth_mbit", f"is {bandwidth_mbit!r} (no limit) and loss_pct, "
-                                           "partition and flood are off: the fault would do "
-                                           "nothing"))
-    return problems

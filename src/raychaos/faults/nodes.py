@@ -2,24 +2,38 @@
 
 A drained GPU node takes its GPUs with it; what matters is whether work moves, how long the
 cluster runs without that capacity, and whether a replacement comes back. The target drains
-through Ray's own API, stops the node at the deadline and (with ``replace``) lets the
-operator start a replacement; the evidence carries the state sequence and GPU capacity.
+through Ray's own API (locally) or cordons and evicts (Kubernetes), stops the node at the
+deadline and (with ``replace``) lets the operator start a replacement; the evidence carries the
+state sequence and GPU capacity.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
-from raychaos.faults._validate import Problem, raise_problems, range_problems, validates
-from raychaos.runtime import current
+from raychaos.config.arguments import Problem, Range, fault_action
+from raychaos.context import current
 
 __all__ = ["drain_gpu_nodes"]
 
 
-def drain_gpu_nodes(count: int = 1, selector: dict[str, str] | None = None,
-                    deadline_s: float = 10.0,
+def _selector(args: Mapping[str, Any]) -> list[Problem]:
+    selector = args.get("selector")
+    if selector is not None and not selector:
+        return [("selector", "is empty: name at least one label, or leave it out to match "
+                             "any GPU node")]
+    if selector and not all(k and v for k, v in selector.items()):
+        return [("selector", f"labels must be non-empty strings, got {selector!r}")]
+    return []
+
+
+@fault_action(rules=[_selector])
+def drain_gpu_nodes(count: Annotated[int, Range(1, 64)] = 1,
+                    selector: dict[str, str] | None = None,
+                    deadline_s: Annotated[float, Range(0, 3600)] = 10.0,
                     reason: Literal["preemption", "idle"] = "preemption", replace: bool = True,
-                    replace_delay_s: float = 5.0) -> dict[str, Any]:
+                    replace_delay_s: Annotated[float, Range(0, 3600)] = 5.0) -> dict[str, Any]:
     """Drain ``count`` GPU nodes, stop them at the deadline, optionally replace them.
 
     :param count: how many GPU nodes to drain; more than exist is an error before any drain.
@@ -32,8 +46,6 @@ def drain_gpu_nodes(count: int = 1, selector: dict[str, str] | None = None,
     :returns: evidence: states each node went through (ALIVE → DRAINING → DEAD → REPLACED),
         GPU capacity over time, drain-to-replacement seconds.
     """
-    raise_problems("drain_gpu_nodes", _check(count, selector, deadline_s, reason, replace,
-                                             replace_delay_s))
     run = current()
     args = {"count": count, "selector": selector, "deadline_s": deadline_s, "reason": reason,
             "replace": replace, "replace_delay_s": replace_delay_s}
@@ -44,34 +56,3 @@ def drain_gpu_nodes(count: int = 1, selector: dict[str, str] | None = None,
                                           replace_delay_s=replace_delay_s, record=record)
         run.ledger.update(record, evidence=evidence)
     return evidence
-
-
-@validates(drain_gpu_nodes)
-def _check(count: int = 1, selector: dict[str, str] | None = None, deadline_s: float = 10.0,
-           reason: str = "preemption", replace: bool = True,
-           replace_delay_s: float = 5.0) -> list[Problem]:
-    problems = range_problems(count=(count, 1, 64), deadline_s=(deadline_s, 0, 3600),
-                              replace_delay_s=(replace_delay_s, 0, 3600))
-    if reason not in ("preemption", "idle"):
-        problems.append(("reason", f"must be 'preemption' or 'idle', got {reason!r}"))
-    if selector is not None:
-        if not isinstance(selector, dict):
-            problems.append(("selector", f"expected a mapping of labels, got {selector!r}"))
-        elif not selector:
-            problems.append(("selector", "is empty: name at least one label, or leave it out "
-                                         "to match any GPU node"))
-        elif not all(isinstance(k, str) and k and isinstance(v, str) and v
-                     for k, v in selector.items()):
-            problems.append(("selector", f"labels must be non-empty strings, got {selector!r}"))
-    return problems
-
-
-def _preflight(target: Any, count: int = 1, selector: dict[str, str] | None = None,
-               **_ignored: Any) -> None:
-    """A selector that matches no GPU node fails now, before loads start (NothingMatched)."""
-    select = getattr(target, "select_drain_victims", None)
-    if select is not None:
-        select(count, selector)
-
-
-drain_gpu_nodes.preflight = _preflight  # type: ignore[attr-defined]

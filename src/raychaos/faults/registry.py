@@ -1,38 +1,39 @@
 """Throttle image pulls: the slow-registry half of "the node came back, but not for minutes".
 
-Sets up a registry behind a real kernel shaper and makes every node (re)start pull its image
-through it; with ``restart_workers`` some workers restart right away so the delay is observed.
-Pair it with a head kill (``experiments/head-kill-slow-registry.yaml``) to see recovery time
-grow with image size / rate.
+Sets up a registry behind a real kernel shaper (locally) or a ``tc`` DaemonSet (Kubernetes) and
+makes every node (re)start pull its image through it; with ``restart_workers`` some workers
+restart right away so the delay is observed. Pair it with a head kill
+(``experiments/head-kill-slow-registry.yaml``) to see recovery time grow with image size / rate.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from raychaos.faults._validate import (Problem, node_list, raise_problems, range_problems,
-                                      validates)
-from raychaos.runtime import current
+from raychaos.config.arguments import Range, fault_action
+from raychaos.context import current
+from raychaos.faults.network import node_names
 
 __all__ = ["throttle_registry_pulls"]
 
 
-def throttle_registry_pulls(rate_mbit: float = 20.0, latency_ms: float = 0.0,
-                            error_rate: float = 0.0, image_mb: float = 32.0,
+@fault_action(rules=[node_names("restart_workers")])
+def throttle_registry_pulls(rate_mbit: Annotated[float, Range(0.001, 100_000)] = 20.0,
+                            latency_ms: Annotated[float, Range(0, 60_000)] = 0.0,
+                            error_rate: Annotated[float, Range(0, 0.99)] = 0.0,
+                            image_mb: Annotated[float, Range(0.001, 10_000)] = 32.0,
                             restart_workers: list[str] | None = None) -> dict[str, Any]:
     """Serve node images from a registry shaped to ``rate_mbit`` Mbit/s.
 
     :param rate_mbit: registry egress limit in Mbit/s (a tc HTB class), > 0.
     :param latency_ms: extra latency per packet; needs tc netem (refused where missing).
-    :param error_rate: fraction (0..1) of blob requests answered 503; pulls retry.
+    :param error_rate: fraction (0..0.99) of blob requests answered 503; pulls retry.
     :param image_mb: size of the synthetic image every node pulls before it starts.
     :param restart_workers: workers to restart now so they pull under the throttle,
         e.g. ``["worker-2"]``; default none.
     :returns: evidence: pull rate before/during (measured from a pod), the shaped tc class,
         and the pulls of restarted workers.
     """
-    raise_problems("throttle_registry_pulls", _check(rate_mbit, latency_ms, error_rate, image_mb,
-                                                     restart_workers))
     run = current()
     args = {"rate_mbit": rate_mbit, "latency_ms": latency_ms, "error_rate": error_rate,
             "image_mb": image_mb, "restart_workers": restart_workers}
@@ -42,12 +43,3 @@ def throttle_registry_pulls(rate_mbit: float = 20.0, latency_ms: float = 0.0,
             image_mb=image_mb, restart_workers=restart_workers, record=record)
         run.ledger.update(record, evidence=evidence)
     return evidence
-
-
-@validates(throttle_registry_pulls)
-def _check(rate_mbit: float = 20.0, latency_ms: float = 0.0, error_rate: float = 0.0,
-           image_mb: float = 32.0, restart_workers: list[str] | None = None) -> list[Problem]:
-    problems = range_problems(rate_mbit=(rate_mbit, 0.001, 100_000),
-                              latency_ms=(latency_ms, 0, 60_000), error_rate=(error_rate, 0, 0.99),
-                              image_mb=(image_mb, 0.001, 10_000))
-    return problems + node_list("restart_workers", restart_workers)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from raychaos.context import current
 from raychaos.errors import RollbackFailed
-from raychaos.results import Ledger, Timeline
-from raychaos.runtime import current
+from raychaos.results.store import Ev, Ledger, Timeline
 from raychaos.targets.base import Target
 
 __all__ = ["undo_all", "undo_ledger"]
@@ -22,7 +22,7 @@ def undo_ledger(ledger: Ledger, target: Target, timeline: Timeline | None = None
     undone, failed = [], []
     for record in ledger.outstanding():
         if timeline:
-            timeline.event("rollback_start", record["fault"], id=record["id"],
+            timeline.event(Ev.ROLLBACK_START, record["fault"], id=record["id"],
                            lasting=record.get("lasting", True))
         try:
             result = target.undo(record)
@@ -30,14 +30,16 @@ def undo_ledger(ledger: Ledger, target: Target, timeline: Timeline | None = None
             failed.append(f"{record['id']} {record['fault']}: {exc}")
             ledger.update(record, undo_error=str(exc))
             if timeline:
-                timeline.event("rollback_failed", record["fault"], id=record["id"],
+                timeline.event(Ev.ROLLBACK_FAILED, record["fault"], id=record["id"],
                                error=str(exc))
             continue
         ledger.update(record, state="undone", undone_at=time.time(), undo_result=result)
         undone.append(record["id"])
         if timeline:
-            timeline.event("rollback_end", record["fault"], id=record["id"],
+            timeline.event(Ev.ROLLBACK_END, record["fault"], id=record["id"],
                            lasting=record.get("lasting", True))
+            if record.get("lasting", True):
+                timeline.event(Ev.FAULT_END, record["fault"], id=record["id"])
     if failed:
         raise RollbackFailed("rollback incomplete, still applied: " + "; ".join(failed))
     return {"undone": undone}

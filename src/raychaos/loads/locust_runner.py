@@ -17,7 +17,6 @@ SIGKILL), and the ``-t`` cap ends the run by itself even if nobody calls it.
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import math
 import os
 import shutil
@@ -28,24 +27,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
+
+from raychaos.catalog import loads_dir, stats_format
 
 __all__ = ["LOADS_DIR", "LocustProcess", "locust_command", "stats_format"]
 
-#: The repository's ``loads/`` directory (locustfiles, the plugin, ``_stats.py``).
-LOADS_DIR = Path(os.environ.get("RAYCHAOS_LOADS_DIR", Path(__file__).resolve().parents[3] / "loads"))
+#: The shipped ``loads/`` folder (locustfiles, the plugin, ``_stats.py``).
+LOADS_DIR = loads_dir()
 PLUGIN = LOADS_DIR / "_locust_stats.py"
 START_GRACE_S = 30.0  # process start + worker connection, on top of the -t cap
 # The load generator must not starve the cluster it measures when both share one machine.
 NICE = ["nice", "-n", "10"] if shutil.which("nice") else []
-
-
-def stats_format() -> ModuleType:
-    """``loads/_stats.py`` (stdlib only), the one definition of the stats line format."""
-    spec = importlib.util.spec_from_file_location("raychaos_loads_stats", LOADS_DIR / "_stats.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def locust_command() -> list[str]:

@@ -8,11 +8,12 @@ controller, a parameter server) would have lost.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
+from raychaos.config.arguments import Range
+from raychaos.context import current
 from raychaos.errors import ProbeFailed
 from raychaos.probes.jobs import run_job
-from raychaos.runtime import current
 from raychaos.targets.base import Target
 
 __all__ = ["create_sentinel", "sentinel_preserved"]
@@ -39,7 +40,7 @@ def create_sentinel(target: Target, timeout: float = 120.0) -> dict[str, Any]:
     return state
 
 
-def sentinel_preserved(timeout_s: float = 120.0) -> dict[str, Any]:
+def sentinel_preserved(timeout_s: Annotated[float, Range(0, 3600)] = 120.0) -> dict[str, Any]:
     """The detached sentinel actor is reachable with the same PID, node and counter.
 
     :param timeout_s: how long the check job may take.

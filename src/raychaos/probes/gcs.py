@@ -10,39 +10,17 @@ re-registered, not replaced) was ALIVE again.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
+from raychaos.config.arguments import Range
+from raychaos.context import current
 from raychaos.errors import ProbeFailed
-from raychaos.results import read_timeline
-from raychaos.runtime import current
+from raychaos.observe.recovery import STABLE_S, recovery_figures
+from raychaos.results.store import read_timeline
 
 __all__ = ["gcs_healthy", "gcs_recovery"]
 
-STABLE_S = 5.0  # recovered = answering for this long without a miss
-
-
-def _stable_since(samples: list[dict[str, Any]], hold: float) -> float | None:
-    """Start of the first run of up-samples lasting ``hold`` seconds (or to the end)."""
-    start = None
-    for r in samples:
-        if r.get("gcs_up"):
-            start = r["t"] if start is None else start
-            if r["t"] - start >= hold:
-                return start
-        else:
-            start = None
-    return start
-
-
-def _flaps(samples: list[dict[str, Any]], since: float | None) -> int:
-    """Up→down transitions after the first answer: a GCS that answers, then goes away again."""
-    if since is None:
-        return 0
-    ups = [r.get("gcs_up") for r in samples if r["t"] >= since]
-    return sum(1 for a, b in zip(ups, ups[1:]) if a and not b)
-
-
-def gcs_healthy(timeout_s: float = 30.0) -> bool:
+def gcs_healthy(timeout_s: Annotated[float, Range(0, 3600)] = 30.0) -> bool:
     """True when the GCS answers within ``timeout_s`` (retrying), else False.
 
     :param timeout_s: how long to keep asking.
@@ -57,10 +35,12 @@ def gcs_healthy(timeout_s: float = 30.0) -> bool:
         time.sleep(0.2)
 
 
-def gcs_recovery(timeout_s: float = 180.0) -> dict[str, Any]:
+def gcs_recovery(timeout_s: Annotated[float, Range(0, 3600)] = 180.0,
+                 stable_s: Annotated[float, Range(0.2, 600)] = STABLE_S) -> dict[str, Any]:
     """Seconds from the last head/GCS kill to a healthy GCS and to all workers back.
 
     :param timeout_s: how long to wait for full recovery before judging.
+    :param stable_s: how long the GCS must answer without a miss to count as recovered.
     :returns: evidence: ``gcs_recovery_s``, ``nodes_recovery_s``, worker IDs before/after,
         head identities, the sampling interval (the resolution of both figures).
     """
@@ -71,38 +51,26 @@ def gcs_recovery(timeout_s: float = 180.0) -> dict[str, Any]:
                           "probe (put it after a kill_head action in the method)")
     kill = kills[-1]
     workers_before = set(kill.get("workers_before") or [])
+    # wait on the timeline (the monitor's samples) until both figures exist: the GCS answering
+    # for STABLE_S without a miss, and every worker of before the kill ALIVE again
     deadline = time.monotonic() + timeout_s
-    workers_after: set[str] = set()
-    while time.monotonic() < deadline:
-        if run.target.gcs_alive(timeout=1.0):
-            try:
-                workers_after = {n.node_id[:12] for n in run.target.nodes(timeout=2.0)
-                                 if n.state == "ALIVE" and not n.is_head}
-            except Exception:
-                workers_after = set()
-            if workers_before <= workers_after:
-                break
+    while True:
+        records = read_timeline(run.timeline.path)
+        figures = recovery_figures(records, stable_s)
+        done = figures["gcs_recovery_s"] is not None and figures["nodes_recovery_s"] is not None
+        if done or time.monotonic() > deadline:
+            break
         time.sleep(0.5)
-    time.sleep(2 * run.settings.monitor.interval_s)  # the monitor's sample of the same moment
-    t_kill = kill["t"]
-    samples = [r for r in read_timeline(run.timeline.path)
-               if r.get("kind") == "sample" and r["t"] >= t_kill]
-    first_answer = next((r["t"] for r in samples if r.get("gcs_up")), None)
-    gcs_back = _stable_since(samples, STABLE_S)
-    # workers count as back once the GCS has recovered (not at a first answer it then lost)
-    nodes_back = None if gcs_back is None else next(
-        (r["t"] for r in samples if r["t"] >= gcs_back and r.get("gcs_up")
-         and workers_before <= set(r.get("alive_ids") or [])), None)
-    down = [r for r in samples if not r.get("gcs_up")]
+    last = next((r for r in reversed(records) if r.get("kind") == "sample"), {})
+    workers_after = set(last.get("alive_ids") or []) if last.get("gcs_up") else set()
     evidence = {
-        "mode": kill.get("mode"),
-        "killed_at": kill.get("killed_at"),
-        "gcs_recovery_s": None if gcs_back is None else round(gcs_back - t_kill, 3),
-        "gcs_first_answer_s": None if first_answer is None else round(first_answer - t_kill, 3),
-        "gcs_flaps_after_first_answer": _flaps(samples, first_answer),
-        "nodes_recovery_s": None if nodes_back is None else round(nodes_back - t_kill, 3),
-        "gcs_down_samples": len(down),
-        "sample_interval_s": run.settings.monitor.interval_s,
+        "mode": kill.get("mode"), "killed_at": kill.get("killed_at"),
+        **{k: figures[k] for k in ("gcs_recovery_s", "gcs_first_answer_s", "nodes_recovery_s",
+                                   "gcs_down_s", "gpus_back_s")},
+        "gcs_flaps_after_first_answer": figures["gcs_flaps"],
+        "gcs_down_samples": sum(1 for r in records if r.get("kind") == "sample"
+                                and r["t"] >= kill["t"] and not r.get("gcs_up")),
+        "sample_interval_s": run.settings.monitor.interval_s, "stable_s": stable_s,
         "workers_before": sorted(workers_before),
         "workers_after": sorted(workers_after),
         "workers_lost": sorted(workers_before - workers_after),
@@ -111,6 +79,6 @@ def gcs_recovery(timeout_s: float = 180.0) -> dict[str, Any]:
     }
     evidence["head_replaced"] = (evidence["new_head"].get("pid") != (kill.get("old") or {}).get(
         "pid")) if evidence["new_head"].get("pid") else None
-    evidence["recovered"] = gcs_back is not None and nodes_back is not None
-    run.record_probe("gcs_recovery", "pass" if evidence["recovered"] else "fail", evidence)
+    evidence["recovered"] = done
+    run.record_probe("gcs_recovery", "pass" if done else "fail", evidence)
     return evidence

@@ -7,15 +7,14 @@ probe would then measure driver placement instead of the cluster's resilience.
 from __future__ import annotations
 
 import time
-from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from raychaos.runtime import current
+from raychaos.catalog import loads_dir
+from raychaos.config.arguments import Range
+from raychaos.context import current
 from raychaos.targets.base import Target
 
-__all__ = ["job_survival", "run_job", "LOADS_DIR"]
-
-LOADS_DIR = Path(__file__).resolve().parents[3] / "loads"
+__all__ = ["job_survival", "run_job"]
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED", "MISSING"}
 SURVIVED = {"RUNNING", "SUCCEEDED"}
 
@@ -25,7 +24,7 @@ def run_job(target: Target, entrypoint: str, timeout: float = 120.0) -> tuple[st
     deadline = time.monotonic() + timeout
     while True:  # right after a head restart the Jobs API may not answer yet
         try:
-            job_id = target.submit_job(entrypoint, working_dir=str(LOADS_DIR))
+            job_id = target.submit_job(entrypoint, working_dir=str(loads_dir()))
             break
         except Exception:
             if time.monotonic() > deadline:
@@ -50,7 +49,7 @@ def run_job(target: Target, entrypoint: str, timeout: float = 120.0) -> tuple[st
 def _progress(run: Any, names: list[str], timeout_s: float, recent_s: float = 15.0
               ) -> dict[str, dict[str, Any]]:
     """For each load: did it complete work within ``recent_s`` (waiting up to ``timeout_s``)?"""
-    from raychaos.results import read_timeline
+    from raychaos.results.store import read_timeline
 
     deadline = time.monotonic() + timeout_s
     out: dict[str, dict[str, Any]] = {}
@@ -67,7 +66,7 @@ def _progress(run: Any, names: list[str], timeout_s: float, recent_s: float = 15
         time.sleep(1.0)
 
 
-def job_survival(timeout_s: float = 90.0) -> dict[str, Any]:
+def job_survival(timeout_s: Annotated[float, Range(0, 3600)] = 90.0) -> dict[str, Any]:
     """Every load job submitted before the fault is RUNNING or SUCCEEDED now.
 
     :param timeout_s: how long to wait for the Jobs API to answer for every job (the dashboard

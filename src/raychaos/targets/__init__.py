@@ -1,18 +1,37 @@
-"""Targets: where the Ray cluster under test lives. Faults and probes talk only to the
-:class:`~raychaos.targets.base.Target` protocol; each target module owns its heavy imports."""
+"""Targets: where the Ray cluster under test lives.
+
+Faults and probes talk only to the :class:`~raychaos.targets.base.Target` protocol; each target
+package (:mod:`.local`, :mod:`.kubernetes`) owns its heavy imports and is imported only when
+chosen. ``RAYCHAOS_TARGET_FACTORY=module:function`` replaces the factory (called with the
+TargetSpec and the state root) — the seam the test suite uses to run whole experiments, through
+``chaos run`` as well, against an in-process fake cluster.
+"""
 
 from __future__ import annotations
 
-from raychaos.config import TargetSpec
+import importlib
+import os
+from pathlib import Path
+
+from raychaos.config.settings import TargetSpec
 from raychaos.targets.base import Target
 
+__all__ = ["make_target"]
 
-def make_target(spec: TargetSpec, state_root: str | None = None) -> Target:
-    """The target named by ``spec.kind``; imports its module only when chosen."""
+FACTORY_ENV = "RAYCHAOS_TARGET_FACTORY"
+
+
+def make_target(spec: TargetSpec, state_root: str | Path | None = None) -> Target:
+    """The target named by ``spec.kind``; imports its package only when chosen."""
+    factory = os.environ.get(FACTORY_ENV)
+    if factory:
+        module, _, func = factory.partition(":")
+        made: Target = getattr(importlib.import_module(module), func)(spec, state_root)
+        return made
     if spec.kind == "kubernetes":
-        from raychaos.targets.kubernetes import KubernetesTarget
+        from raychaos.targets.kubernetes.target import KubernetesTarget
 
         return KubernetesTarget(spec.kubernetes)
-    from raychaos.targets.local import LocalTarget
+    from raychaos.targets.local.target import LocalTarget
 
     return LocalTarget(spec.local, state_root=state_root)

@@ -1,15 +1,30 @@
-"""The Target protocol: the one seam between faults/probes and a concrete Ray cluster.
+"""The Target protocol: the whole contract between the harness and a concrete Ray cluster.
 
-Faults never branch on the target type; they call these methods, get evidence dicts back, and
-record what they changed in the ledger so that ``undo`` can revert it later, even from another
-process (``raychaos rollback``). Every method that changes the cluster returns a JSON-friendly
-dict; ``undo(record)`` must be idempotent.
+Faults, probes, the monitor and the session call only these methods — never ``hasattr`` on a
+target, never a branch on its kind — and get JSON-friendly evidence back. Every method that
+changes the cluster takes the fault's ledger ``record`` and writes its ``undo`` there *before*
+acting, so that :meth:`Target.undo` can revert it later, even from another process
+(``raychaos rollback``); ``undo`` is idempotent.
+
+What a target cannot do is said before anything starts: :meth:`Target.refusals` names, per fault
+argument, what this kind of target does not honour (checked when the experiment is validated),
+and :meth:`Target.preflight` checks, once connected, what needs the live cluster (a selector that
+matches no node). ``tests/unit/fake_target.py`` implements the protocol for unit tests and a
+test checks that every target class here does too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["FAULTS", "NodeInfo", "Refusal", "RunLock", "Target"]
+
+#: The fault mechanics a target implements, by the Chaos Toolkit action that drives them.
+FAULTS = ("kill_head", "drain_gpu_nodes", "throttle_registry_pulls", "saturate_network")
+
+Refusal = tuple[str, str]  # (argument, why this target cannot honour it)
 
 
 @dataclass(frozen=True)
@@ -24,9 +39,23 @@ class NodeInfo:
     gpus: float = 0.0
     cpus: float = 0.0
     labels: dict[str, str] = field(default_factory=dict)
+    resources: dict[str, float] = field(default_factory=dict)
+    available: dict[str, float] | None = None  # None: not reported by this target
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class RunLock(Protocol):
+    """One run at a time per target (a lock file, a Kubernetes Lease)."""
+
+    taken_over: dict[str, Any] | None
+
+    def acquire(self, run_id: str) -> None: ...
+
+    def release(self) -> None: ...
+
+    def clear_stale(self, run_id: str) -> bool: ...
 
 
 @runtime_checkable
@@ -34,53 +63,123 @@ class Target(Protocol):
     """What raychaos needs from a cluster under test."""
 
     kind: str
+    run_id: str  # objects a target creates carry it (labels); set by the session
 
-    # --- lifecycle -------------------------------------------------------------------------
+    # --- lifecycle ---------------------------------------------------------------------------
+    def ensure_up(self, say: Callable[[str], None]) -> bool:
+        """Make the cluster exist (the local target starts one); True when this call started
+        it. A target that cannot create clusters only checks and returns False."""
+        ...
+
     def connect(self) -> None:
-        """Reach (or, for the local target, start) the cluster; raise TargetUnavailable."""
+        """Reach the cluster; raise TargetUnavailable (one sentence) when it cannot."""
+        ...
 
     def close(self) -> None:
         """Release client resources. Does not tear the cluster down."""
+        ...
+
+    def down(self) -> dict[str, Any]:
+        """Tear down what :meth:`ensure_up` started (a no-op for clusters raychaos did not
+        create)."""
+        ...
 
     def describe(self) -> dict[str, Any]:
         """Facts for the summary: kind, addresses, GCS fault tolerance, node groups."""
+        ...
 
-    # --- observation -----------------------------------------------------------------------
+    def run_lock(self) -> RunLock:
+        """The one-run-at-a-time lock of this cluster."""
+        ...
+
+    def refusals(self, fault: str, args: Mapping[str, Any]) -> list[Refusal]:
+        """What of ``fault(**args)`` this kind of target cannot honour; needs no connection."""
+        ...
+
+    def preflight(self, fault: str, args: Mapping[str, Any]) -> None:
+        """Checks that need the live cluster (NothingMatched, ConfigError), before loads."""
+        ...
+
+    # --- observation -------------------------------------------------------------------------
     def gcs_alive(self, timeout: float = 0.5) -> bool:
-        """True when the GCS answers a real request within ``timeout``."""
+        """True when the GCS answers a real request within ``timeout``; never blocks longer."""
+        ...
 
     def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:
         """Every node the GCS knows, dead ones included."""
+        ...
 
     def dashboard_url(self) -> str:
         """Base URL of the Ray dashboard (Jobs API, state API)."""
+        ...
 
     def serve_url(self, port: int = 8000) -> str:
         """Where HTTP load reaches Ray Serve (a proxy that is not on the head, where possible)."""
+        ...
 
     def head_identity(self) -> dict[str, Any]:
         """What identifies the current head incarnation (PID / pod UID, restart count)."""
+        ...
 
-    # --- jobs ------------------------------------------------------------------------------
+    def metrics_texts(self, timeout: float = 0.5) -> list[str]:
+        """Each reachable node's Prometheus metrics text (empty when not reachable)."""
+        ...
+
+    def cluster_events(self, since: float) -> list[dict[str, Any]]:
+        """What the operator did after ``since`` (wall clock): restarts, replacements, image
+        pulls — ``{"ts", "event", "node", ...}``, oldest first."""
+        ...
+
+    # --- jobs --------------------------------------------------------------------------------
     def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
                    on_driver_node: bool = True, metadata: dict[str, str] | None = None) -> str:
         """Submit a Ray job; with ``on_driver_node`` its driver is placed on a worker."""
+        ...
 
     def job_status(self, job_id: str) -> str:
-        """PENDING | RUNNING | SUCCEEDED | FAILED | STOPPED | UNKNOWN (unreachable)."""
+        """PENDING | RUNNING | SUCCEEDED | FAILED | STOPPED | MISSING | UNKNOWN (unreachable)."""
+        ...
 
     def stop_job(self, job_id: str) -> None:
         """Stop a job; unknown or finished jobs are fine."""
+        ...
 
     def job_log_lines(self, job_id: str) -> list[str]:
         """Lines of the job's driver log not returned by an earlier call."""
+        ...
 
-    # --- fault mechanics (each returns evidence; undo reverts the record) ------------------
+    # --- fault mechanics (each returns evidence; undo reverts the record) --------------------
     def kill_head(self, mode: str, record: dict[str, Any]) -> dict[str, Any]:
-        """Kill the head (``head``/``pod``) or only ``gcs_server`` (``gcs``)."""
+        """Kill the head (``head``/``pod``) or only ``gcs_server`` (``gcs``); evidence proves it."""
+        ...
 
     def wait_head_back(self, old: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Wait until a new head incarnation answers; evidence with times and identities."""
+        """Wait until a new head incarnation answers: ``{"back": bool, "new": {...}, ...}``."""
+        ...
+
+    def select_drain_victims(self, count: int, selector: dict[str, str] | None
+                             ) -> list[NodeInfo]:
+        """The nodes a drain would take, or NothingMatched; changes nothing."""
+        ...
+
+    def drain_nodes(self, *, count: int, selector: dict[str, str] | None, deadline_s: float,
+                    reason: str, replace: bool, replace_delay_s: float,
+                    record: dict[str, Any]) -> dict[str, Any]:
+        """Drain nodes (Ray's drain locally; cordon + evictions on Kubernetes)."""
+        ...
+
+    def throttle_registry_pulls(self, *, rate_bps: float, latency_ms: float, error_rate: float,
+                                image_mb: float, restart_workers: list[str] | None,
+                                record: dict[str, Any]) -> dict[str, Any]:
+        """Slow image pulls from the registry to ``rate_bps``; evidence: a measured pull."""
+        ...
+
+    def saturate_network(self, *, nodes: list[str], bandwidth_bps: float, loss_pct: float,
+                         latency_ms: float, flood: bool, partition: bool, flood_s: float,
+                         record: dict[str, Any]) -> dict[str, Any]:
+        """Degrade the network of ``nodes``; evidence: a transfer measured before and during."""
+        ...
 
     def undo(self, record: dict[str, Any]) -> dict[str, Any]:
         """Revert one ledger record; idempotent; raise RollbackFailed if it cannot."""
+        ...

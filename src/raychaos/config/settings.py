@@ -1,0 +1,179 @@
+"""Settings as frozen dataclasses, loaded from the experiment's ``extensions`` block and SLO files.
+
+The dataclasses are the schema (see :mod:`raychaos.config.schema`): a key not declared here is
+an error, and every error names file, key path and value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from raychaos.config.metrics import SLO_METRICS
+from raychaos.config.schema import Problems, build, load_yaml
+from raychaos.errors import ConfigError
+
+POS = {"min": 0}
+NONEMPTY = {"nonempty": True}
+
+
+@dataclass(frozen=True)
+class LocalClusterSpec:
+    """The embedded cluster: a head and workers as real ``ray start --block`` processes."""
+
+    name: str = field(default="raychaos", metadata=NONEMPTY)
+    workers: int = field(default=2, metadata={"min": 1, "max": 16})
+    gpu_workers: int = field(default=1, metadata={"min": 0, "max": 16})
+    gpus_per_gpu_worker: int = field(default=1, metadata={"min": 0, "max": 16})
+    cpus_per_worker: int = field(default=1, metadata={"min": 0, "max": 64})
+    head_cpus: int = field(default=0, metadata={"min": 0, "max": 64})
+    memory_mb: int = field(default=1024, metadata={"min": 256})
+    object_store_mb: int = field(default=150, metadata={"min": 80})
+    driver_slots: int = field(default=4, metadata={"min": 1, "max": 64})
+    gcs_storage: Literal["rocksdb", "redis", "none"] = "rocksdb"
+    redis_address: str | None = None
+    head_restart_delay_s: float = field(default=2.0, metadata={"min": 0, "max": 600})
+    worker_reconnect_timeout_s: float = field(default=600.0, metadata={"min": 1})
+    network: Literal["auto", "netns", "host"] = "auto"
+    subnet_prefix: str = field(default="198.18", metadata=NONEMPTY)
+    state_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpu_workers > self.workers:
+            raise ValueError(
+                f"gpu_workers ({self.gpu_workers}) cannot exceed workers ({self.workers})")
+
+
+@dataclass(frozen=True)
+class KubernetesSpec:
+    """A KubeRay RayCluster reached through the Kubernetes API."""
+
+    cluster: str | None = None
+    namespace: str = "default"
+    context: str | None = None
+    kubeconfig: str | None = None
+    dashboard_url: str | None = None
+    serve_url: str | None = None
+    allowed_namespaces: list[str] = field(default_factory=list)
+    max_nodes_at_once: int = field(default=1, metadata={"min": 1})
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    kind: Literal["local", "kubernetes"] = "local"
+    local: LocalClusterSpec = field(default_factory=LocalClusterSpec)
+    kubernetes: KubernetesSpec = field(default_factory=KubernetesSpec)
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """One load that runs for the whole experiment."""
+
+    name: str = field(metadata=NONEMPTY)
+    kind: Literal["ray_job", "locust"] = "ray_job"
+    script: str = field(default="", metadata=NONEMPTY)
+    args: list[str] = field(default_factory=list)
+    on_driver_node: bool = True
+    users: int = field(default=10, metadata={"min": 1, "max": 10000})
+    spawn_rate: float = field(default=5.0, metadata={"min": 0.1, "max": 1000})
+    workers: int = field(default=0, metadata={"min": 0, "max": 64})
+    host: str | None = None  # "serve": the deployed Serve app; default: the Ray dashboard
+    serve_app: str | None = None  # "module:attr" in loads/, deployed before the load starts
+
+
+@dataclass(frozen=True)
+class MonitorSpec:
+    interval_s: float = field(default=0.2, metadata={"min": 0.05, "max": 0.2})
+    settle_s: float = field(default=5.0, metadata={"min": 0, "max": 600})
+    recovery_window_s: float = field(default=10.0, metadata={"min": 0, "max": 3600})
+
+
+@dataclass(frozen=True)
+class AbortSpec:
+    """Stop the run (rollbacks, summary ``aborted``, exit 2) when ``metric`` stays ``above``.
+
+    A safety net for shared clusters: an experiment that hurts more than planned must end itself
+    instead of waiting for its method to finish.
+    """
+
+    metric: Literal["error_ratio", "gcs_down_s", "nodes_dead"]  # = metrics.LIVE_METRICS (tested)
+    above: float = field(metadata={"min": 0})
+    for_s: float = field(default=0.0, metadata={"min": 0, "max": 3600})
+
+
+@dataclass(frozen=True)
+class RaychaosSettings:
+    """The ``extensions: [{name: raychaos, ...}]`` block of an experiment."""
+
+    name: Literal["raychaos"] = "raychaos"
+    target: TargetSpec = field(default_factory=TargetSpec)
+    slo_profile: str | None = None
+    loads: list[LoadSpec] = field(default_factory=list)
+    monitor: MonitorSpec = field(default_factory=MonitorSpec)
+    sentinel: bool = True
+    results_dir: str = "results"
+    abort_if: list[AbortSpec] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    name: str = field(metadata=NONEMPTY)
+    metric: str = field(default="", metadata=NONEMPTY)
+    op: Literal["<=", "<", ">=", ">", "=="] = "<="
+    threshold: float = 0.0
+    window: Literal["baseline", "chaos", "recovery", "run"] = "run"
+    load: str | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.metric not in SLO_METRICS:
+            raise ValueError(f"metric: unknown metric {self.metric!r} "
+                             f"(known: {', '.join(sorted(SLO_METRICS))})")
+
+
+@dataclass(frozen=True)
+class SloProfile:
+    name: str = field(metadata=NONEMPTY)
+    description: str = ""
+    slos: list[SloSpec] = field(default_factory=list)
+
+
+def load_slo_profile(path: str | Path) -> SloProfile:
+    """Load and validate an SLO profile; all problems in the file are raised together."""
+    data = load_yaml(path, "SLO profile")
+    problems = Problems(str(path))
+    profile = build(SloProfile, data, problems)
+    if profile is not None:
+        seen: set[str] = set()
+        for i, slo in enumerate(profile.slos):
+            if slo.name in seen:
+                problems.add(f"slos[{i}].name", f"duplicate SLO name {slo.name!r}")
+            seen.add(slo.name)
+    problems.raise_if_any()
+    assert profile is not None
+    return profile
+
+
+def settings_from_extensions(extensions: object, source: str) -> RaychaosSettings:
+    """Find and validate the raychaos block in an experiment's ``extensions`` list."""
+    problems = Problems(source)
+    if extensions is None:
+        return RaychaosSettings()
+    if not isinstance(extensions, list):
+        problems.add("extensions", "expected a list of {name: ...} mappings")
+        problems.raise_if_any()
+    blocks = [(i, e) for i, e in enumerate(extensions)  # type: ignore[arg-type]
+              if isinstance(e, dict) and e.get("name") == "raychaos"]
+    if len(blocks) > 1:
+        problems.add("extensions", "more than one extension named 'raychaos'")
+        problems.raise_if_any()
+    if not blocks:
+        return RaychaosSettings()
+    index, block = blocks[0]
+    settings = build(RaychaosSettings, block, problems, f"extensions[{index}]")
+    problems.raise_if_any()
+    if settings is None:  # pragma: no cover - build reports why
+        raise ConfigError(f"{source}: extensions[{index}]: invalid")
+    return settings

@@ -1,0 +1,118 @@
+"""How long recovery took, read from the timeline — ONE definition for the probe, compare and
+the report.
+
+Every figure is measured from the moment the head (or its GCS) was killed — the last
+``head_killed`` event, whose detail also names the workers alive before the kill — or, for a
+run without a kill, from the first ``fault_start``:
+
+- ``gcs_down_s``: seconds the monitor saw the GCS down (sum of sampling intervals);
+- ``gcs_first_answer_s``: the first sample with the GCS answering after it went down;
+- ``gcs_recovery_s``: the start of the first stretch of at least ``stable_s`` seconds in which
+  every sample found the GCS answering — a GCS that answers once and crash-loops has not
+  recovered, and a stretch cut short by the end of the timeline does not count either;
+- ``gcs_flaps``: up→down transitions after the first answer;
+- ``nodes_recovery_s``: the first sample, once the GCS has recovered, in which every worker
+  alive before the kill is ALIVE again with the same node ID (or, without that list, as many
+  nodes as before are alive);
+- ``gpus_back_s``: until the GPU total is back at its pre-fault level (0 when it never dropped).
+
+``None`` means "did not happen within the timeline". The resolution of every figure is the
+monitor's sampling interval.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raychaos.results.store import Ev
+
+__all__ = ["STABLE_S", "kill_moment", "recovery_figures"]
+
+STABLE_S = 5.0
+
+
+def kill_moment(records: list[dict[str, Any]]) -> tuple[float | None, set[str] | None]:
+    """``(t, workers alive before)`` of the last head kill, else the first fault start."""
+    kills = [r for r in records if r.get("kind") == "event" and r.get("event") == Ev.HEAD_KILLED]
+    if kills:
+        last = max(kills, key=lambda r: r["t"])
+        before = (last.get("detail") or {}).get("workers_before")
+        return float(last["t"]), (set(before) if isinstance(before, list) else None)
+    starts = [r["t"] for r in records if r.get("kind") == "event"
+              and r.get("event") == Ev.FAULT_START and isinstance(r.get("t"), (int, float))]
+    return (float(min(starts)) if starts else None), None
+
+
+def _samples(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted((r for r in records if r.get("kind") == "sample"
+                   and isinstance(r.get("t"), (int, float))), key=lambda r: r["t"])
+
+
+def _stable_since(samples: list[dict[str, Any]], hold: float) -> float | None:
+    """Start of the first run of up-samples that lasts at least ``hold`` seconds."""
+    start = None
+    for r in samples:
+        if r.get("gcs_up"):
+            start = r["t"] if start is None else start
+            if r["t"] - start >= hold:
+                return float(start)
+        else:
+            start = None
+    return None
+
+
+def _back_to(samples: list[dict[str, Any]], t0: float, key: str) -> float | None:
+    """When ``key`` is back at its pre-``t0`` level after dropping (t0 when it never dropped)."""
+    before = [s[key] for s in samples if s["t"] < t0 and isinstance(s.get(key), (int, float))]
+    if not before:
+        return None
+    level, dropped = before[-1], False
+    for s in samples:
+        value = s.get(key)
+        if s["t"] < t0 or not isinstance(value, (int, float)):
+            continue
+        if value < level:
+            dropped = True
+        elif dropped:
+            return float(s["t"])
+    return None if dropped else t0
+
+
+def recovery_figures(records: list[dict[str, Any]], stable_s: float = STABLE_S
+                     ) -> dict[str, Any]:
+    """The figures of the module docstring, in seconds since the kill (see there)."""
+    samples = _samples(records)
+    t0, workers_before = kill_moment(records)
+    out: dict[str, Any] = {"gcs_down_s": None, "gcs_first_answer_s": None,
+                           "gcs_recovery_s": None, "gcs_flaps": 0, "nodes_recovery_s": None,
+                           "gpus_back_s": None}
+    if t0 is None or not samples:
+        return out
+    after = [s for s in samples if s["t"] >= t0]
+    down = sum(b["t"] - a["t"] for a, b in zip(after, after[1:], strict=False)
+               if not a.get("gcs_up"))
+    out["gcs_down_s"] = round(down, 3)
+    first_down = next((i for i, s in enumerate(after) if not s.get("gcs_up")), None)
+    if first_down is None:  # the GCS never went down: it was back at once
+        out.update(gcs_first_answer_s=0.0, gcs_recovery_s=0.0)
+        recovered_at: float | None = t0
+    else:
+        rest = after[first_down:]
+        first = next((s["t"] for s in rest if s.get("gcs_up")), None)
+        recovered_at = _stable_since(rest, stable_s)
+        out["gcs_first_answer_s"] = None if first is None else round(first - t0, 3)
+        out["gcs_recovery_s"] = None if recovered_at is None else round(recovered_at - t0, 3)
+        if first is not None:
+            ups = [bool(s.get("gcs_up")) for s in rest if s["t"] >= first]
+            out["gcs_flaps"] = sum(1 for a, b in zip(ups, ups[1:], strict=False) if a and not b)
+    if recovered_at is not None:
+        if workers_before is not None:
+            back = next((s["t"] for s in after if s["t"] >= recovered_at and s.get("gcs_up")
+                         and workers_before <= set(s.get("alive_ids") or [])), None)
+        else:
+            level = _back_to(samples, t0, "nodes_alive")
+            back = None if level is None else max(level, recovered_at)
+        out["nodes_recovery_s"] = None if back is None else round(back - t0, 3)
+    gpus = _back_to(samples, t0, "gpus_total")
+    out["gpus_back_s"] = None if gpus is None else round(gpus - t0, 3)
+    return out

@@ -1,0 +1,65 @@
+"""A game day's ``index.html``: each run's verdict, linked to its own report.
+
+A game day is read after the fact, like one run's report: one self-contained page (the same CSS
+as :mod:`raychaos.results.report`) listing each run's experiment, status, verdict, duration and
+failing checks, linked relatively so the folder can be archived and opened anywhere.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+__all__ = ["build_gameday_report"]
+
+
+def build_gameday_report(gameday_dir: str | Path, run_dirs: list[str | Path], *,
+                         title: str | None = None, build_missing: bool = True) -> Path:
+    """Write ``<gameday_dir>/index.html``: each run's experiment, status, verdict and failing
+    SLOs, linked (relatively) to its ``report.html``; return the index path.
+
+    ``build_missing`` builds a run's report.html first when it is absent. The overall verdict
+    is ``error`` if any run errored (or did not finish), else ``fail`` if any failed.
+    """
+    from raychaos.results.report import CSS, badge, build_report, esc, fmt_num, load_run
+
+    out_dir = Path(gameday_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows, verdicts = [], []
+    for run in map(Path, run_dirs):
+        report = run / "report.html"
+        if build_missing and run.is_dir() and not report.exists():
+            build_report(run)
+        view = load_run(run)
+        s = view.summary
+        verdicts.append(s.get("verdict"))
+        failing = [str(x.get("name")) for x in (s.get("slos") or []) + (s.get("probes") or [])
+                   if x.get("verdict") in ("fail", "error")]
+        link = os.path.relpath(report, out_dir).replace(os.sep, "/")
+        name = esc(s.get("experiment") or run.name)
+        cell = f'<a href="{esc(link)}">{name}</a>' if report.exists() else name
+        rows.append(f"<tr><td>{cell}</td><td>{esc(s.get('status'))}</td>"
+                    f"<td>{badge(s.get('verdict'))}</td><td>{fmt_num(s.get('duration_s'))}</td>"
+                    f"<td>{esc(', '.join(failing)) or '—'}</td></tr>")
+    overall = "error" if "error" in verdicts or any(v not in ("pass", "fail") for v in verdicts) \
+        else "fail" if "fail" in verdicts else "pass"
+    if not verdicts:
+        overall = "n/a"
+    heading = title or out_dir.name
+    built = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>raychaos game day: {esc(heading)}</title>
+<style>{CSS}</style></head><body>
+<h1>Game day: {esc(heading)} {badge(overall)}</h1>
+<p>{len(verdicts)} run(s): {verdicts.count('pass')} passed, {verdicts.count('fail')} failed,
+{len(verdicts) - verdicts.count('pass') - verdicts.count('fail')} errored or unfinished.</p>
+<table><tr><th>experiment</th><th>status</th><th>verdict</th><th>duration (s)</th>
+<th>failing SLOs / probes</th></tr>{''.join(rows)}</table>
+<p><small>raychaos game-day report, built {html.escape(built)}</small></p>
+</body></html>
+"""
+    index = out_dir / "index.html"
+    index.write_text(page, encoding="utf-8")
+    return index

@@ -1,0 +1,134 @@
+"""JUnit XML for a run, so CI systems show each probe and SLO as a test case.
+
+Jenkins, GitLab and GitHub test reporters all read JUnit XML; mapping a chaos run onto it lets a
+pipeline show *which* SLO broke and by how much without anyone opening the results folder.
+Mapping (one ``<testsuite>`` per run, inside ``<testsuites>``):
+
+- each probe and each SLO is a ``<testcase>`` (classname ``raychaos.<slug>.probe`` / ``.slo``);
+- verdict ``fail`` -> ``<failure>`` whose message names the measured value, op and threshold;
+- verdict ``error`` -> ``<error>``; verdict ``n/a`` -> ``<skipped>``;
+- a run that did not complete (no summary.json, or status other than ``completed``) gets one
+  more test case, ``run``, as an ``<error>`` — otherwise a crashed run would show up green.
+
+Text goes through ElementTree (which escapes ``<``, ``&`` and quotes) after characters that XML
+1.0 cannot carry at all (ANSI escapes, NULs from a crashed process's output) are replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from raychaos.results.report import load_run
+
+__all__ = ["junit_tree", "slo_message", "write_junit"]
+
+# Characters XML 1.0 forbids even when escaped.
+_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def clean(value: Any) -> str:
+    """Text safe for an XML 1.0 document (ElementTree does the escaping)."""
+    return _ILLEGAL.sub("\ufffd", "" if value is None else str(value))
+
+
+def slo_message(slo: dict[str, Any]) -> str:
+    """One sentence: ``storm-p99: p99_latency_ms over chaos (load task_storm) was 40 ms...``.
+
+    Always names the measured value, the op and the threshold.
+    """
+    where = f"over {slo.get('window')}"
+    if slo.get("load"):
+        where += f" (load {slo.get('load')})"
+    value = slo.get("value")
+    shown = "not measured" if value is None else f"{value:g}" if isinstance(
+        value, (int, float)) else str(value)
+    return (f"{slo.get('name')}: {slo.get('metric')} {where} measured {shown}, "
+            f"required {slo.get('op')} {slo.get('threshold')}")
+
+
+def _evidence_text(evidence: Any) -> str:
+    return json.dumps(evidence or {}, indent=2, default=str, sort_keys=True)
+
+
+def _case(suite: ET.Element, classname: str, name: Any, verdict: Any, message: str,
+          body: str) -> str:
+    case = ET.SubElement(suite, "testcase", classname=clean(classname), name=clean(name),
+                         time="0")
+    outcome = {"fail": "failure", "error": "error", "n/a": "skipped"}.get(str(verdict))
+    if outcome is None and verdict != "pass":
+        outcome = "error"
+        message = f"unknown verdict {verdict!r}: {message}"
+    if outcome:
+        child = ET.SubElement(case, outcome, message=clean(message))
+        if outcome != "skipped":
+            child.set("type", clean(f"raychaos.{outcome}"))
+            child.text = clean(body)
+    return outcome or "pass"
+
+
+def junit_tree(run_dir: str | Path) -> ET.ElementTree:
+    """The JUnit document for one results folder (see the module docstring for the mapping)."""
+    view = load_run(run_dir)
+    s = view.summary
+    slug = str(s.get("slug") or Path(run_dir).name)
+    root = ET.Element("testsuites")
+    suite = ET.SubElement(root, "testsuite", name=clean(s.get("experiment") or slug))
+    counts = {"failure": 0, "error": 0, "skipped": 0, "pass": 0}
+
+    for probe in s.get("probes") or []:
+        evidence = probe.get("evidence") or {}
+        msg = f"probe {probe.get('name')}: verdict {probe.get('verdict')}"
+        if isinstance(evidence, dict) and evidence.get("error"):
+            msg += f": {evidence['error']}"
+        counts[_case(suite, f"raychaos.{slug}.probe", probe.get("name"), probe.get("verdict"),
+                     msg, _evidence_text(evidence))] += 1
+    for slo in s.get("slos") or []:
+        msg = slo_message(slo)
+        if slo.get("verdict") == "n/a":
+            reason = (slo.get("evidence") or {}).get("reason")
+            msg = f"not applicable: {reason}" if reason else f"not applicable: {msg}"
+        counts[_case(suite, f"raychaos.{slug}.slo", slo.get("name"), slo.get("verdict"),
+                     msg, _evidence_text(slo.get("evidence")))] += 1
+    status = s.get("status")
+    if not view.complete or status != "completed":
+        why = "; ".join(view.notes) if not view.complete else f"run status {status}"
+        body = "\n".join([*view.notes, *map(str, s.get("errors") or [])])
+        counts[_case(suite, f"raychaos.{slug}", "run", "error", why, body)] += 1
+
+    suite.set("tests", str(sum(counts.values())))
+    suite.set("failures", str(counts["failure"]))
+    suite.set("errors", str(counts["error"]))
+    suite.set("skipped", str(counts["skipped"]))
+    duration = s.get("duration_s")
+    suite.set("time", f"{float(duration):.3f}" if isinstance(duration, (int, float)) else "0")
+    started = s.get("started_at")
+    if isinstance(started, (int, float)):
+        suite.set("timestamp",
+                  datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+    props = ET.SubElement(suite, "properties")
+    for key in ("run_id", "status", "verdict", "exit_code"):
+        ET.SubElement(props, "property", name=key, value=clean(s.get(key)))
+    if s.get("errors"):
+        ET.SubElement(suite, "system-err").text = clean("\n".join(map(str, s["errors"])))
+    for key in ("tests", "failures", "errors", "skipped", "time"):
+        root.set(key, suite.get(key, "0"))
+    # ElementTree needs the <properties> first for strict JUnit schemas.
+    suite.remove(props)
+    suite.insert(0, props)
+    ET.indent(root)
+    return ET.ElementTree(root)
+
+
+def write_junit(run_dir: str | Path) -> Path:
+    """Write ``<run_dir>/junit.xml`` for the run and return its path.
+
+    Works on partial runs too (they get an erroring ``run`` test case).
+    """
+    out = Path(run_dir) / "junit.xml"
+    junit_tree(run_dir).write(out, encoding="utf-8", xml_declaration=True)
+    return out

@@ -1,0 +1,184 @@
+"""Head faults on a KubeRay cluster: kill the head (pod, container or only ``gcs_server``) and wait
+for the next head incarnation by *watching* pods, not polling.
+
+Why watch: detection latency is part of the evidence, and a poll loop over the API adds load and
+up to one period of delay. The watch starts from a list's ``resourceVersion`` (a watch with none
+can fail with ``504 Too large resource version``) and a ``410 Gone`` is answered by re-listing.
+With KubeRay's autoscaler v2 (``restartPolicy: Never``) a dead head comes back as a *new pod*
+(new UID); otherwise the same pod's container ``restartCount`` goes up — both count as "back".
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kubernetes import client
+from kubernetes.stream import stream
+
+from raychaos.errors import FaultFailed, KubeApiError, NothingMatched, TargetUnavailable
+from raychaos.targets.kubernetes.client import ApiSession, translated
+from raychaos.targets.kubernetes.safety import refuse_protected
+
+__all__ = ["KILL_MODES", "head_identity", "kill_head", "wait_head_back"]
+
+KILL_MODES = {
+    "pod": None,  # delete the pod with grace 0: KubeRay creates a new head pod
+    # every process but PID 1 (the kernel shields a namespace's init from SIGKILL sent inside
+    # it); ``ray start --block`` then exits, so the container restarts or the pod is replaced
+    "head": ["sh", "-c", "kill -KILL -1"],
+    "gcs": ["pkill", "-KILL", "gcs_server"],  # only the GCS: GCS FT should bring it back
+}
+
+
+def head_selector(cluster: str) -> str:
+    return f"ray.io/cluster={cluster},ray.io/node-type=head"
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in pod.get("status", {}).get("conditions") or [])
+
+
+def _restarts(pod: dict[str, Any]) -> int:
+    return max((int(s.get("restartCount", 0))
+                for s in pod.get("status", {}).get("containerStatuses") or []), default=0)
+
+
+def _identity(pod: dict[str, Any]) -> dict[str, Any]:
+    meta = pod["metadata"]
+    return {"pod": meta["name"], "uid": meta["uid"], "restart_count": _restarts(pod),
+            "ready": _ready(pod), "node": pod.get("spec", {}).get("nodeName"),
+            "terminating": "deletionTimestamp" in meta}
+
+
+def _live_heads(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    live = [p for p in items if "deletionTimestamp" not in p["metadata"]]
+    return sorted(live, key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True)
+
+
+def head_identity(api: ApiSession, ns: str, cluster: str) -> dict[str, Any]:
+    """The current head pod's name, UID, restart count, readiness and node."""
+    items = api.read(api.core.list_namespaced_pod, ns,
+                     label_selector=head_selector(cluster))["items"]
+    heads = _live_heads(items)
+    if not heads:
+        raise NothingMatched(f"kubernetes: no head pod with labels {head_selector(cluster)} "
+                             f"in namespace {ns}")
+    return _identity(heads[0]) | {"namespace": ns, "cluster": cluster}
+
+
+def kill_head(api: ApiSession, ns: str, cluster: str, mode: str,
+              record: dict[str, Any]) -> dict[str, Any]:
+    """Kill the head as ``mode`` says (see :data:`KILL_MODES`); evidence names what was killed.
+
+    The undo record is written before acting; there is nothing to revert (KubeRay and the
+    kubelet bring the head back), so undo only notes that.
+    """
+    if mode not in KILL_MODES:
+        raise FaultFailed(f"kill_head: unknown mode {mode!r} (use one of {sorted(KILL_MODES)})")
+    pods = api.read(api.core.list_namespaced_pod, ns, label_selector=head_selector(cluster))
+    heads = _live_heads(pods["items"])
+    if not heads:
+        raise NothingMatched(f"kill_head: no head pod with labels {head_selector(cluster)} in "
+                             f"namespace {ns}")
+    pod = heads[0] | {"kind": "Pod"}
+    refuse_protected([pod], "kill_head")
+    old = _identity(pod)
+    name = old["pod"]
+    record["undo"] = {"kind": "kill_head", "mode": mode, "namespace": ns, "pod": name,
+                      "uid": old["uid"]}
+    path = f"/api/v1/namespaces/{ns}/pods/{name}"
+    killed_at = time.time()
+    if mode == "pod":
+        try:
+            api.write("DELETE", path, api.core.delete_namespaced_pod, name, ns,
+                      body=client.V1DeleteOptions(grace_period_seconds=0))
+        except KubeApiError as exc:
+            raise FaultFailed(f"kill_head: deleting pod {ns}/{name} failed: "
+                              f"HTTP {exc.status} {exc.reason}") from exc
+        output = ""
+    else:
+        container = pod["spec"]["containers"][0]["name"]
+        command = KILL_MODES[mode]
+        output = api.gate("POST", f"{path}/exec", {"container": container, "command": command},
+                          lambda: _exec(api, ns, name, container, command)) or ""
+    return {"mode": mode, "namespace": ns, "old": old | {"killed_at": killed_at},
+            "killed_at": killed_at, "dry_run": api.gate.dry_run, "exec_output": output}
+
+
+def _exec(api: ApiSession, ns: str, name: str, container: str, command: list[str]) -> str:
+    try:
+        with translated(api.host, f"exec in {ns}/{name}"):
+            return str(stream(api.core.connect_get_namespaced_pod_exec, name, ns,
+                              container=container, command=command, stderr=True,
+                              stdout=True, stdin=False, tty=False, _request_timeout=10))
+    except (KubeApiError, TargetUnavailable) as exc:
+        raise FaultFailed(f"kill_head: exec {' '.join(command)} in {ns}/{name} failed: "
+                          f"{exc}") from exc
+
+
+def _is_back(pod: dict[str, Any], old: dict[str, Any]) -> bool:
+    if "deletionTimestamp" in pod["metadata"] or not _ready(pod):
+        return False
+    if pod["metadata"]["uid"] != old.get("uid"):
+        return True
+    return _restarts(pod) > int(old.get("restart_count", 0))
+
+
+def wait_head_back(api: ApiSession, ns: str, cluster: str, old: dict[str, Any],
+                   timeout: float) -> dict[str, Any]:
+    """Wait (by watch) for a Ready head that is a new pod or a restarted container.
+
+    ``old`` is a :func:`head_identity` or the ``old`` of :func:`kill_head`'s evidence. Returns
+    ``recovered`` with old/new UID, restart counts, seconds since the kill, and ``detected_at``
+    (wall clock) so a caller can compute detection latency from the API's own event.
+    """
+    start = time.monotonic()
+    deadline = start + timeout
+    sel = head_selector(cluster)
+    relists = events = 0
+    via = "list"
+    found: dict[str, Any] | None = None
+    while found is None and time.monotonic() < deadline:
+        listing = api.read(api.core.list_namespaced_pod, ns, label_selector=sel)
+        relists += 1
+        found = next((p for p in _live_heads(listing["items"]) if _is_back(p, old)), None)
+        if found:
+            break
+        rv = listing["metadata"]["resourceVersion"]
+        remaining = max(1, int(deadline - time.monotonic() + 0.999))
+        try:
+            for event in api.watch(api.core.list_namespaced_pod, ns, label_selector=sel,
+                                   resource_version=rv, allow_watch_bookmarks=True,
+                                   timeout_s=remaining):
+                events += 1
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    if obj.get("code") == 410:
+                        break  # Gone: re-list
+                    raise FaultFailed(f"wait_head_back: watch on {ns} pods failed: "
+                                      f"{obj.get('message')}")
+                if event.get("type") in ("ADDED", "MODIFIED") and _is_back(obj, old):
+                    found, via = obj, "watch"
+                    break
+                if time.monotonic() >= deadline:
+                    break
+        except KubeApiError as exc:
+            if exc.status != 410:
+                raise  # 410: our resourceVersion is too old: list again
+    detected_at = time.time()
+    evidence: dict[str, Any] = {
+        "back": found is not None, "recovered": found is not None, "old_pod": old.get("pod"),
+        "old_uid": old.get("uid"),
+        "old_restart_count": old.get("restart_count", 0), "waited_s": round(
+            time.monotonic() - start, 4), "detected_at": detected_at, "via": via,
+        "lists": relists, "watch_events": events}
+    if old.get("killed_at"):
+        evidence["seconds"] = round(detected_at - float(old["killed_at"]), 4)
+    if found is not None:
+        new = _identity(found)
+        evidence |= {"new": new, "new_pod": new["pod"], "new_uid": new["uid"],
+                     "restart_count": new["restart_count"],
+                     "uid_changed": new["uid"] != old.get("uid"), "node": new["node"]}
+    return evidence

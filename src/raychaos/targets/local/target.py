@@ -1,0 +1,237 @@
+"""The embedded local target: a real multi-node Ray cluster of processes on this machine.
+
+As root on Linux each node is a "pod" with its own network, PID and mount namespace
+(:mod:`.network.pods`, :mod:`.nodes`); elsewhere it falls back to host mode on 127.0.0.1, where
+the faults that need per-node namespaces are refused before anything starts. GCS fault
+tolerance is on by default, on Ray's embedded ``rocksdb`` store (or a Redis given by address);
+workers get a long ``RAY_gcs_rpc_server_reconnect_timeout_s`` as KubeRay sets on its workers.
+
+:class:`LocalTarget` is the :class:`~raychaos.targets.base.Target` of such a cluster: a thin
+facade over a :class:`~.cluster.LocalCluster` handle and the plain functions of the head, jobs,
+drain, registry and network modules. Third-party failures (Ray, ``ip``/``tc``) are turned into
+the raychaos error tree where they happen, in those modules (:mod:`.errors`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from raychaos.config.settings import LocalClusterSpec
+from raychaos.errors import NothingMatched, RollbackFailed, TargetUnavailable
+from raychaos.results.redact import redact_text
+from raychaos.targets.base import NodeInfo, Refusal, RunLock
+from raychaos.targets.local import drain, head, lifecycle
+from raychaos.targets.local.cluster import LocalCluster, default_state_root
+from raychaos.targets.local.errors import ray_errors
+from raychaos.targets.local.jobs import LocalJobs
+from raychaos.targets.local.network import faults as netfaults
+from raychaos.targets.local.network.pods import PodNetwork, netns_supported
+from raychaos.targets.local.registry import fault as registry
+
+__all__ = ["LocalTarget", "default_state_root"]
+
+NETNS_FAULTS = ("throttle_registry_pulls", "saturate_network")
+
+
+class LocalTarget:
+    kind = "local"
+
+    def __init__(self, spec: LocalClusterSpec, state_root: str | Path | None = None,
+                 progress: Callable[[str], None] | None = None):
+        self.spec = spec
+        root = Path(state_root or spec.state_dir or default_state_root())
+        self.state_dir = root / spec.name
+        self.net = PodNetwork(spec.name, spec.subnet_prefix)
+        self.cluster = LocalCluster(spec.name, self.state_dir, self.net)
+        self.jobs = LocalJobs(self.cluster)
+        self.progress = progress or (lambda _msg: None)
+        self.run_id = ""
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return lifecycle.choose_mode(self.cluster, self.spec)
+
+    def is_up(self) -> bool:
+        return self.cluster.is_up()
+
+    def up(self, timeout: float = 240.0) -> dict[str, Any]:
+        """Start the cluster (idempotent) and wait until every node is ALIVE."""
+        if self.is_up():
+            self.progress(f"local cluster '{self.spec.name}' is already up")
+        else:
+            lifecycle.up(self.cluster, self.spec, self.progress, timeout)
+        return self.status()
+
+    def ensure_up(self, say: Callable[[str], None]) -> bool:
+        if self.is_up():
+            return False
+        say("no local cluster is up: starting one")
+        self.progress = say
+        self.up()
+        return True
+
+    def down(self) -> dict[str, Any]:
+        return lifecycle.down(self.cluster)
+
+    def leftovers(self) -> dict[str, list[Any]]:
+        return lifecycle.leftovers(self.cluster)
+
+    def status(self) -> dict[str, Any]:
+        desired = self.cluster.desired()
+        if not desired:
+            return {"name": self.spec.name, "up": False}
+        nodes = self.nodes(timeout=1.0) if self.gcs_alive(0.5) else []
+        return {"name": self.spec.name, "up": self.cluster.supervisor_alive(),
+                "mode": desired["mode"], "gcs_address": desired["gcs_address"],
+                "dashboard_url": desired["dashboard_url"],
+                "gcs_storage": desired["gcs_storage"],
+                "processes": dict(self.cluster.status().get("nodes", {})),
+                "nodes": [n.to_dict() for n in nodes]}
+
+    def connect(self) -> None:
+        if not self.is_up():
+            raise TargetUnavailable(f"local cluster '{self.spec.name}' is not up "
+                                    "(start it with `raychaos local up`)")
+        if not self.gcs_alive(2.0):
+            raise TargetUnavailable(f"local cluster '{self.spec.name}': the GCS at "
+                                    f"{self.cluster.gcs_address} does not answer")
+
+    def close(self) -> None:
+        self.cluster.close()
+
+    def run_lock(self) -> RunLock:
+        from raychaos.targets.lock import FileLock
+
+        return FileLock(self.state_dir / "run.lock", f"local cluster '{self.spec.name}'")
+
+    def describe(self) -> dict[str, Any]:
+        desired = self.cluster.desired() or {}
+        return {"kind": "local", "name": self.spec.name, "mode": desired.get("mode"),
+                "gcs_address": desired.get("gcs_address"),
+                "dashboard_url": desired.get("dashboard_url"),
+                "gcs_fault_tolerance": self.spec.gcs_storage != "none",
+                "gcs_storage": self.spec.gcs_storage, "workers": self.spec.workers,
+                "gpu_workers": self.spec.gpu_workers, "state_dir": str(self.state_dir),
+                "redis_address": redact_text(self.spec.redis_address or "") or None}
+
+    def refusals(self, fault: str, args: Mapping[str, Any]) -> list[Refusal]:
+        out: list[Refusal] = []
+        if fault in NETNS_FAULTS and self.spec.network == "host":
+            out.append(("", f"{fault} needs per-node network namespaces, and "
+                            "target.local.network is 'host'"))
+        elif fault in NETNS_FAULTS and self.spec.network == "auto" and netns_supported():
+            out.append(("", f"{fault} needs per-node network namespaces, which are not "
+                            f"possible here: {netns_supported()}"))
+        if fault in NETNS_FAULTS and args.get("latency_ms"):
+            out.append(("latency_ms", "the local target does not add latency (this kernel has "
+                                      "no tc netem); set it to 0"))
+        return out
+
+    def preflight(self, fault: str, args: Mapping[str, Any]) -> None:
+        if fault == "drain_gpu_nodes":
+            self.select_drain_victims(int(args.get("count", 1)), args.get("selector"))
+        elif fault == "saturate_network":
+            pods = self.cluster.pods()
+            nodes = list(args.get("nodes") or ["worker-1"])
+            unknown = [n for n in nodes if n not in pods]
+            if unknown:
+                raise NothingMatched(f"saturate_network: no node named {unknown[0]!r} in local "
+                                     f"cluster '{self.spec.name}' (nodes: {sorted(pods)})")
+
+    # --- observation -------------------------------------------------------------------------
+    def gcs_alive(self, timeout: float = 0.5) -> bool:
+        return self.cluster.gcs_alive(timeout)
+
+    def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:
+        return self.cluster.nodes(timeout)
+
+    def dashboard_url(self) -> str:
+        return self.jobs.dashboard_url()
+
+    def serve_url(self, port: int = 8000) -> str:
+        """A CPU worker's Serve proxy: it keeps serving while the head is down, as the pods
+        behind a RayService's serve Service do."""
+        workers = [p for p in self.cluster.plans() if p.role == "worker"]
+        cpu = [p for p in workers if not p.gpus] or workers
+        return f"http://{cpu[0].ip if cpu else '127.0.0.1'}:{port}"
+
+    def head_identity(self) -> dict[str, Any]:
+        return head.head_identity(self.cluster)
+
+    def metrics_texts(self, timeout: float = 0.5) -> list[str]:
+        return self.cluster.metrics_texts(timeout)
+
+    def cluster_events(self, since: float) -> list[dict[str, Any]]:
+        return self.cluster.events(since)
+
+    # --- jobs --------------------------------------------------------------------------------
+    def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
+                   on_driver_node: bool = True, metadata: dict[str, str] | None = None) -> str:
+        with ray_errors(f"Jobs API of local cluster '{self.spec.name}'"):
+            return self.jobs.submit_job(entrypoint, working_dir=working_dir,
+                                        on_driver_node=on_driver_node, metadata=metadata)
+
+    def job_status(self, job_id: str) -> str:
+        return self.jobs.job_status(job_id)
+
+    def stop_job(self, job_id: str) -> None:
+        self.jobs.stop_job(job_id)
+
+    def job_log_lines(self, job_id: str) -> list[str]:
+        return self.jobs.job_log_lines(job_id)
+
+    # --- faults ------------------------------------------------------------------------------
+    def kill_head(self, mode: str, record: dict[str, Any]) -> dict[str, Any]:
+        return head.kill_head(self.cluster, mode, record)
+
+    def wait_head_back(self, old: dict[str, Any], timeout: float) -> dict[str, Any]:
+        return head.wait_head_back(self.cluster, old, timeout)
+
+    def select_drain_victims(self, count: int, selector: dict[str, str] | None
+                             ) -> list[NodeInfo]:
+        return drain.select_drain_victims(self.cluster, count, selector)
+
+    def drain_nodes(self, *, count: int, selector: dict[str, str] | None, deadline_s: float,
+                    reason: str, replace: bool, replace_delay_s: float,
+                    record: dict[str, Any]) -> dict[str, Any]:
+        return drain.drain_nodes(self.cluster, count=count, selector=selector,
+                                 deadline_s=deadline_s, reason=reason, replace=replace,
+                                 replace_delay_s=replace_delay_s, record=record)
+
+    def throttle_registry_pulls(self, *, rate_bps: float, latency_ms: float, error_rate: float,
+                                image_mb: float, restart_workers: list[str] | None,
+                                record: dict[str, Any]) -> dict[str, Any]:
+        return registry.throttle_registry_pulls(
+            self.cluster, rate_bps=rate_bps, error_rate=error_rate, image_mb=image_mb,
+            restart_workers=restart_workers, record=record)
+
+    def saturate_network(self, *, nodes: list[str], bandwidth_bps: float, loss_pct: float,
+                         latency_ms: float, flood: bool, partition: bool, flood_s: float,
+                         record: dict[str, Any]) -> dict[str, Any]:
+        return netfaults.saturate_network(
+            self.cluster, nodes=nodes, bandwidth_bps=bandwidth_bps, loss_pct=loss_pct,
+            flood=flood, partition=partition, flood_s=flood_s, record=record)
+
+    def measure_transfer(self, src: str, dst: str, seconds: float = 1.5) -> dict[str, Any]:
+        return netfaults.measure_transfer(self.cluster, src, dst, seconds)
+
+    def netfault_leftovers(self) -> dict[str, Any]:
+        return netfaults.netfault_leftovers(self.cluster)
+
+    def undo(self, record: dict[str, Any]) -> dict[str, Any]:
+        undo = record.get("undo") or {}
+        kind = undo.get("kind")
+        if not kind:  # the fault failed before it changed anything
+            return {"undone": True, "note": "nothing was changed"}
+        if kind == "ensure_head":
+            return head.ensure_head(self.cluster, undo)
+        if kind == "drain":
+            return drain.undo_drain(self.cluster, undo)
+        if kind == "registry_throttle":
+            return registry.undo_registry_throttle(self.cluster, undo)
+        if kind == "netfault":
+            return netfaults.undo_netfault(self.cluster, undo)
+        raise RollbackFailed(f"local target cannot undo {kind!r} (record {record.get('id')})")

@@ -1,0 +1,244 @@
+"""A Target for unit tests: a simulated Ray cluster in this process, no Ray, no API server.
+
+It implements the whole :class:`raychaos.targets.base.Target` protocol, so the session, the
+faults, the probes and the monitor run unchanged against it: a head whose GCS goes down for
+``outage_s`` when killed and comes back as a new incarnation (or never, with
+``head_comes_back=False``), workers that stay ALIVE (or are lost with ``lose_workers``), jobs
+whose driver logs carry one stats line per second (``job_rate`` completions, ``job_failures``
+failures), the sentinel actor's job, drains and network faults that record what they changed and
+undo it. ``calls`` lists every method call, for assertions.
+
+Run an experiment against it from a subprocess with
+``RAYCHAOS_TARGET_FACTORY=tests.unit.fake_target:from_spec``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from raychaos.errors import FaultFailed, NothingMatched
+from raychaos.targets.base import NodeInfo, Refusal
+
+STATS = "RAYCHAOS_STATS "
+SENTINEL = "RAYCHAOS_SENTINEL "
+
+
+class _Lock:
+    taken_over: dict[str, Any] | None = None
+
+    def acquire(self, run_id: str) -> None:
+        self.held = run_id
+
+    def release(self) -> None:
+        self.held = None
+
+    def clear_stale(self, run_id: str) -> bool:
+        return False
+
+
+class FakeTarget:
+    kind = "fake"
+
+    def __init__(self, outage_s: float = 1.0, head_comes_back: bool = True,
+                 lose_workers: bool = False, job_rate: int = 50, job_failures: int = 0,
+                 workers: int = 2) -> None:
+        self.run_id = ""
+        self.outage_s = outage_s
+        self.head_comes_back = head_comes_back
+        self.lose_workers = lose_workers
+        self.job_rate, self.job_failures = job_rate, job_failures
+        self.calls: list[tuple[str, Any]] = []
+        self._lock = threading.Lock()
+        self.head_pid = 1000
+        self.down_until: float | None = None  # monotonic; None: up
+        self.worker_ids = [f"{i:02d}" * 14 for i in range(1, workers + 1)]
+        self.lost: set[str] = set()
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.applied: dict[str, dict[str, Any]] = {}
+        self.sentinel = {"pid": 4242, "node_id": self.worker_ids[0], "count": 3}
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def ensure_up(self, say: Callable[[str], None]) -> bool:
+        self.calls.append(("ensure_up", None))
+        return False
+
+    def connect(self) -> None:
+        self.calls.append(("connect", None))
+
+    def close(self) -> None:
+        self.calls.append(("close", None))
+
+    def down(self) -> dict[str, Any]:
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "fake", "workers": len(self.worker_ids)}
+
+    def run_lock(self) -> _Lock:
+        return _Lock()
+
+    def refusals(self, fault: str, args: Mapping[str, Any]) -> list[Refusal]:
+        return [("partition", "the fake cannot partition")] if args.get("partition") else []
+
+    def preflight(self, fault: str, args: Mapping[str, Any]) -> None:
+        self.calls.append(("preflight", fault))
+
+    # --- observation -------------------------------------------------------------------------
+    def _up(self) -> bool:
+        with self._lock:
+            if self.down_until is None:
+                return True
+            if self.head_comes_back and time.monotonic() >= self.down_until:
+                self.down_until = None
+                self.head_pid += 1
+                if self.lose_workers:
+                    self.lost = set(self.worker_ids)
+                return True
+            return False
+
+    def gcs_alive(self, timeout: float = 0.5) -> bool:
+        return self._up()
+
+    def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:
+        if not self._up():
+            from raychaos.errors import TargetUnavailable
+
+            raise TargetUnavailable("fake: the GCS is down")
+        out = [NodeInfo(node_id="ff" * 14, name="head", address="fake-head", state="ALIVE",
+                        is_head=True)]
+        for i, wid in enumerate(self.worker_ids):
+            state = "DEAD" if wid in self.lost else "ALIVE"
+            out.append(NodeInfo(node_id=wid, name=f"worker-{i + 1}", address=f"fake-{i + 1}",
+                                state=state, gpus=1.0 if i == 0 else 0.0, cpus=1.0))
+        return out
+
+    def dashboard_url(self) -> str:
+        return "http://fake-dashboard"
+
+    def serve_url(self, port: int = 8000) -> str:
+        return f"http://fake-serve:{port}"
+
+    def head_identity(self) -> dict[str, Any]:
+        return {"pid": self.head_pid, "state": "running" if self._up() else "exited"}
+
+    def metrics_texts(self, timeout: float = 0.5) -> list[str]:
+        return []
+
+    def cluster_events(self, since: float) -> list[dict[str, Any]]:
+        return []
+
+    # --- jobs --------------------------------------------------------------------------------
+    def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
+                   on_driver_node: bool = True, metadata: dict[str, str] | None = None) -> str:
+        job_id = f"fakejob_{len(self.jobs) + 1}"
+        name = entrypoint.split("--name", 1)[1].split()[0] if "--name" in entrypoint else job_id
+        lines: list[str] = []
+        if "sentinel.py" in entrypoint:
+            state = dict(self.sentinel)
+            lost = self.lose_workers and self.head_pid > 1000
+            lines = [SENTINEL + json.dumps({"found": not lost, "reachable": not lost,
+                                            **({} if lost else state)})]
+        self.jobs[job_id] = {"entry": entrypoint, "name": name, "lines": lines,
+                             "last": time.time(), "oneshot": bool(lines)}
+        self.calls.append(("submit_job", entrypoint))
+        return job_id
+
+    def job_status(self, job_id: str) -> str:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return "MISSING"
+        if job["oneshot"]:
+            return "SUCCEEDED"
+        return "RUNNING" if not job.get("stopped") else "STOPPED"
+
+    def stop_job(self, job_id: str) -> None:
+        if job_id in self.jobs:
+            self.jobs[job_id]["stopped"] = True
+
+    def job_log_lines(self, job_id: str) -> list[str]:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return []
+        if job["oneshot"]:
+            out, job["lines"] = job["lines"], []
+            return list(out)
+        now = time.time()
+        out = []
+        while job["last"] + 1 <= now and not job.get("stopped"):
+            job["last"] += 1
+            up = self._up() and job_id not in self.lost
+            out.append(STATS + json.dumps({
+                "load": job["name"], "ts": job["last"], "count": self.job_rate if up else 0,
+                "failures": self.job_failures, "p50_ms": 2.0, "p95_ms": 5.0, "p99_ms": 9.0}))
+        return out
+
+    # --- faults ------------------------------------------------------------------------------
+    def kill_head(self, mode: str, record: dict[str, Any]) -> dict[str, Any]:
+        record["undo"] = {"kind": "ensure_head", "old_pid": self.head_pid}
+        old = self.head_identity()
+        with self._lock:
+            self.down_until = time.monotonic() + self.outage_s
+        return {"mode": mode, "signal": "SIGKILL", "old": old, "killed_at": time.time(),
+                "landed": True}
+
+    def wait_head_back(self, old: dict[str, Any], timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._up() and self.head_pid != old.get("pid"):
+                return {"back": True, "new": self.head_identity()}
+            time.sleep(0.05)
+        return {"back": False, "new": self.head_identity()}
+
+    def select_drain_victims(self, count: int, selector: dict[str, str] | None
+                             ) -> list[NodeInfo]:
+        gpu = [n for n in self.nodes() if n.gpus > 0 and n.state == "ALIVE"]
+        if count > len(gpu):
+            raise NothingMatched(f"fake: count={count} but only {len(gpu)} GPU nodes")
+        return gpu[:count]
+
+    def _apply(self, fault: str, record: dict[str, Any], **args: Any) -> dict[str, Any]:
+        record["undo"] = {"kind": fault}
+        self.applied[fault] = args
+        self.calls.append((fault, args))
+        return {"landed": True, **args}
+
+    def drain_nodes(self, *, count: int, selector: dict[str, str] | None, deadline_s: float,
+                    reason: str, replace: bool, replace_delay_s: float,
+                    record: dict[str, Any]) -> dict[str, Any]:
+        return self._apply("drain", record, count=count)
+
+    def throttle_registry_pulls(self, *, rate_bps: float, latency_ms: float, error_rate: float,
+                                image_mb: float, restart_workers: list[str] | None,
+                                record: dict[str, Any]) -> dict[str, Any]:
+        return self._apply("throttle", record, rate_bps=rate_bps)
+
+    def saturate_network(self, *, nodes: list[str], bandwidth_bps: float, loss_pct: float,
+                         latency_ms: float, flood: bool, partition: bool, flood_s: float,
+                         record: dict[str, Any]) -> dict[str, Any]:
+        if "worker-9" in nodes:
+            raise FaultFailed("fake: no effect measured on worker-9")
+        return self._apply("network", record, nodes=list(nodes), bandwidth_bps=bandwidth_bps)
+
+    def undo(self, record: dict[str, Any]) -> dict[str, Any]:
+        kind = (record.get("undo") or {}).get("kind")
+        self.calls.append(("undo", kind))
+        if kind == "ensure_head":
+            back = self.wait_head_back({"pid": record["undo"]["old_pid"]}, 10)
+            if not back["back"]:
+                from raychaos.errors import RollbackFailed
+
+                raise RollbackFailed("fake: the head did not come back")
+        self.applied.pop(str(kind), None)
+        return {"undone": True}
+
+
+def from_spec(spec: Any, state_root: Any = None) -> FakeTarget:
+    """The ``RAYCHAOS_TARGET_FACTORY`` hook: a FakeTarget shaped by environment variables
+    (``RAYCHAOS_FAKE`` = JSON keyword arguments of :class:`FakeTarget`)."""
+    import os
+
+    return FakeTarget(**json.loads(os.environ.get("RAYCHAOS_FAKE", "{}")))
