@@ -227,8 +227,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from raychaos.config.experiment import load_experiment
     from raychaos.errors import ConfigError
+    from raychaos.run.plan import load as load_experiment
 
     bad = 0
     for path in args.experiments:

@@ -2,9 +2,10 @@
 ``raychaos run`` and the pytest plugin.
 
 Declared in every experiment (``controls: [{name: raychaos, provider: {type: python, module:
-raychaos.control}}]``). Before the experiment it starts a :class:`~raychaos.run.session.Session`
-— the one :func:`prepare` handed over (``raychaos run``) or one made from the experiment file
-(``chaos run``); it reports each phase and activity to it; after the experiment it finishes it
+raychaos.control}}]``). Before the experiment it starts a
+:class:`~raychaos.run.session.Session` — the one handed over with
+:func:`raychaos.run.session.hand_over` (``raychaos run``) or one made from the experiment
+file (``chaos run``); it reports each phase and activity to it; after the experiment it finishes it
 (rollback, verdict, results) and marks Chaos Toolkit's journal with the verdict, so ``chaos run``
 exits non-zero whenever the verdict is not a pass. ``cleanup_control`` finishes a session that
 Chaos Toolkit left without calling ``after_experiment_control`` (an exception out of its
@@ -17,33 +18,26 @@ import sys
 from typing import Any
 
 from raychaos.errors import ConfigError, RaychaosError
-from raychaos.run.session import Session
+from raychaos.run.session import Session, take_handed_over
 
 __all__ = ["after_activity_control", "after_experiment_control", "before_activity_control",
            "before_experiment_control", "before_hypothesis_control", "before_method_control",
-           "before_rollback_control", "cleanup_control", "prepare"]
+           "before_rollback_control", "cleanup_control"]
 
-_pending: Session | None = None  # handed over by raychaos run, taken by the next experiment
 _session: Session | None = None  # the session of the experiment in progress
-
-
-def prepare(session: Session | None) -> None:
-    """Have the next experiment Chaos Toolkit runs in this process use ``session``."""
-    global _pending
-    _pending = session
 
 
 def before_experiment_control(context: dict[str, Any], experiment: dict[str, Any] | None = None,
                               **_kwargs: Any) -> None:
-    global _pending, _session
+    global _session
     from chaoslib.exceptions import InterruptExecution
 
-    session, _pending = _pending, None
+    session = take_handed_over()
     if session is None:  # chaos run: the experiment file is on its command line
-        from raychaos.config.experiment import load_experiment
+        from raychaos.run.plan import load
 
         try:
-            session = Session(load_experiment(_guess_path(experiment or context)))
+            session = Session(load(_guess_path(experiment or context)))
         except ConfigError as exc:
             for problem in exc.problems:
                 print(f"error: {problem}", file=sys.stderr)

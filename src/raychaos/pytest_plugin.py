@@ -161,7 +161,7 @@ class ExperimentFile(pytest.File):
             return str(self.path)
 
     def collect(self) -> Any:
-        from raychaos.config.experiment import load_experiment
+        from raychaos.run.plan import load as load_experiment
 
         exp = load_experiment(self.shown_path, self.config.getoption("raychaos_slo"))
         yield ExperimentItem.from_parent(self, name="run", kind="run", check="run")

@@ -11,6 +11,7 @@ what the experiment will produce. All problems are reported at once, each as
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,6 @@ from raychaos.config.settings import (
     settings_from_extensions,
 )
 from raychaos.errors import ConfigError
-from raychaos.results.store import slugify
 
 __all__ = ["Experiment", "load_experiment", "resolve_path"]
 
@@ -53,6 +53,10 @@ class Experiment:
     @property
     def slug(self) -> str:
         return slugify(self.path.stem)
+
+
+def slugify(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "experiment"
 
 
 def resolve_path(value: str, relative_to: Path) -> Path:
@@ -161,7 +165,7 @@ def load_experiment(path: str | Path, slo_override: str | Path | None = None,
     """Parse and validate; raises ConfigError listing every problem in the file.
 
     ``target`` (a game day's spec, or command-line options as a dict) replaces the experiment's
-    own target before the faults are checked against what that target can do."""
+    own target. What that target can do is checked by :func:`raychaos.run.plan.load`."""
     path = find_experiment(path)
     data = load_yaml(path, "experiment file")
     problems = Problems(str(path))
@@ -231,7 +235,6 @@ def load_experiment(path: str | Path, slo_override: str | Path | None = None,
         exp = with_target(exp, target)
     elif target is not None:
         exp = replace(exp, settings=replace(exp.settings, target=target))
-    check_target(exp)
     return exp
 
 
@@ -265,20 +268,6 @@ def fault_activities(exp: Experiment) -> list[tuple[str, str, dict[str, Any]]]:
             out.append((f"method[{i}].provider.arguments", str(prov.get("func")),
                         dict(prov.get("arguments") or {})))
     return out
-
-
-def check_target(exp: Experiment) -> None:
-    """Refuse, before anything starts, faults (or arguments) the chosen target cannot honour."""
-    from raychaos.targets import make_target
-
-    target = make_target(exp.settings.target)
-    problems = Problems(str(exp.path))
-    for where, func, args in fault_activities(exp):
-        for arg, why in target.refusals(func, args):
-            key = join(where, arg) if arg else where.rsplit(".", 1)[0]
-            value = f" ({describe(args[arg])})" if arg in args else ""
-            problems.add(key, f"{exp.settings.target.kind} target: {why}{value}")
-    problems.raise_if_any()
 
 
 def with_target(exp: Experiment, override: dict[str, Any]) -> Experiment:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from raychaos.results.report import load_run
+from raychaos.results.store import load_run
 
 __all__ = ["junit_tree", "slo_message", "write_junit"]
 

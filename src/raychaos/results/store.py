@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 import threading
 import time
@@ -95,10 +94,6 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
-
-
-def slugify(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60] or "experiment"
 
 
 def new_run_dir(root: str | Path, slug: str) -> Path:

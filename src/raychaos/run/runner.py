@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raychaos.config.experiment import Experiment, load_experiment, with_target
+from raychaos.config.experiment import Experiment, with_target
 from raychaos.config.settings import TargetSpec
 from raychaos.errors import ConfigError, RaychaosError
 from raychaos.results.redact import redact_text
+from raychaos.run.plan import load as load_experiment
 from raychaos.run.progress import Progress, verdict_table
 
 __all__ = ["Progress", "RunOutcome", "describe_plan", "dry_run_plan", "run_experiment",
@@ -63,15 +64,14 @@ def run_experiment(path: str | Path, *, slo: str | None = None,
         return RunOutcome(dry_run_plan(exp))
     from chaoslib.experiment import run_experiment as run_chaos
 
-    from raychaos import control
-    from raychaos.run.session import Session
+    from raychaos.run.session import Session, hand_over
 
     session = Session(exp, results_root=results_root, state_root=state_root,
                       keep_cluster=keep_cluster, progress=say)
     logging.getLogger("chaostoolkit").setLevel(logging.WARNING)
     data = dict(exp.data)
     data.setdefault("runtime", {"rollbacks": {"strategy": "always"}})
-    control.prepare(session)
+    hand_over(session)
     journal = None
     try:
         journal = run_chaos(data, settings={})
@@ -82,7 +82,7 @@ def run_experiment(path: str | Path, *, slo: str | None = None,
         if not isinstance(exc, (KeyboardInterrupt, RaychaosError)):
             raise
     finally:
-        control.prepare(None)
+        hand_over(None)
     summary = session.summary or session.finish(journal)
     return RunOutcome(int(summary["exit_code"]), session.run_dir, summary)
 

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from raychaos.results.store import new_run_dir, slugify, write_json_atomic
+from raychaos.config.experiment import slugify
+from raychaos.results.store import new_run_dir, write_json_atomic
 from raychaos.run.runner import RunOutcome
 
 __all__ = ["run_gameday", "run_trials", "worst_exit"]

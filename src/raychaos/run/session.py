@@ -40,7 +40,22 @@ from raychaos.run.verdict import early_summary, mark_journal, summarize
 from raychaos.targets import make_target
 from raychaos.targets.base import RunLock, Target
 
-__all__ = ["Session"]
+__all__ = ["Session", "hand_over", "take_handed_over"]
+
+_handed_over: Session | None = None
+
+
+def hand_over(session: Session | None) -> None:
+    """Have the next experiment Chaos Toolkit runs in this process use ``session``."""
+    global _handed_over
+    _handed_over = session
+
+
+def take_handed_over() -> Session | None:
+    """The session :func:`hand_over` left, once (the control takes it)."""
+    global _handed_over
+    session, _handed_over = _handed_over, None
+    return session
 
 
 class Session:

@@ -13,10 +13,12 @@ import importlib
 import os
 from pathlib import Path
 
+from raychaos.config.experiment import Experiment, fault_activities
+from raychaos.config.schema import Problems, describe, join
 from raychaos.config.settings import TargetSpec
 from raychaos.targets.base import Target
 
-__all__ = ["make_target"]
+__all__ = ["check_target", "make_target"]
 
 FACTORY_ENV = "RAYCHAOS_TARGET_FACTORY"
 
@@ -35,3 +37,15 @@ def make_target(spec: TargetSpec, state_root: str | Path | None = None) -> Targe
     from raychaos.targets.local.target import LocalTarget
 
     return LocalTarget(spec.local, state_root=state_root)
+
+
+def check_target(exp: Experiment) -> None:
+    """Refuse, before anything starts, faults (or arguments) the chosen target cannot honour."""
+    target = make_target(exp.settings.target)
+    problems = Problems(str(exp.path))
+    for where, func, args in fault_activities(exp):
+        for arg, why in target.refusals(func, args):
+            key = join(where, arg) if arg else where.rsplit(".", 1)[0]
+            value = f" ({describe(args[arg])})" if arg in args else ""
+            problems.add(key, f"{exp.settings.target.kind} target: {why}{value}")
+    problems.raise_if_any()
