@@ -180,7 +180,7 @@ class ExperimentFile(pytest.File):
 
         if isinstance(excinfo.value, ConfigError):
             return "\n".join(f"error: {p}" for p in excinfo.value.problems)
-        return super().repr_failure(excinfo, style=style)
+        return super().repr_failure(excinfo)
 
     def summary(self) -> dict[str, Any]:
         """The run's summary (plus ``run_dir``); the experiment runs on the first call."""

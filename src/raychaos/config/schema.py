@@ -74,7 +74,8 @@ def load_yaml(path: str | Path, what: str = "file") -> Any:
 
 def build(cls: type[T], data: Any, problems: Problems, path: str = "") -> T | None:
     """Build ``cls`` from ``data``; on problems, record them and return None."""
-    return convert(cls, data, problems, path)
+    built: T | None = convert(cls, data, problems, path)
+    return built
 
 
 def _type_name(tp: Any) -> str:

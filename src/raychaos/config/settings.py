@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from raychaos.config.metrics import SLO_METRICS
 from raychaos.config.schema import Problems, build, load_yaml
@@ -164,8 +164,10 @@ def settings_from_extensions(extensions: object, source: str) -> RaychaosSetting
     if not isinstance(extensions, list):
         problems.add("extensions", "expected a list of {name: ...} mappings")
         problems.raise_if_any()
-    blocks = [(i, e) for i, e in enumerate(extensions)  # type: ignore[arg-type]
-              if isinstance(e, dict) and e.get("name") == "raychaos"]
+        return RaychaosSettings()  # pragma: no cover - raise_if_any raised
+    blocks: list[tuple[int, dict[str, Any]]] = [
+        (i, e) for i, e in enumerate(extensions)
+        if isinstance(e, dict) and e.get("name") == "raychaos"]
     if len(blocks) > 1:
         problems.add("extensions", "more than one extension named 'raychaos'")
         problems.raise_if_any()

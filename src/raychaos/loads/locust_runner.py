@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO, Any
 
 from raychaos.catalog import loads_dir, stats_format
 
@@ -52,7 +53,7 @@ def locust_command() -> list[str]:
 def _free_port(host: str) -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
 
 
 class LocustProcess:
@@ -60,17 +61,17 @@ class LocustProcess:
 
     def __init__(
         self,
-        locustfile: str | os.PathLike,
+        locustfile: str | os.PathLike[str],
         host: str,
         users: int,
         spawn_rate: float,
         duration_s: float,
         workers: int = 0,
-        stats_path: str | os.PathLike | None = None,
+        stats_path: str | os.PathLike[str] | None = None,
         *,
         name: str | None = None,
         bind_host: str = "127.0.0.1",
-        plugin: str | os.PathLike | None = PLUGIN,
+        plugin: str | os.PathLike[str] | None = PLUGIN,
         extra_args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
     ):
@@ -102,8 +103,8 @@ class LocustProcess:
         self.plugin = Path(plugin).resolve() if plugin else None
         self.extra_args = tuple(extra_args)
         self.env = dict(env or {})
-        self._procs: list[subprocess.Popen] = []
-        self._files: list = []
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._files: list[IO[bytes]] = []
         self._offset = 0
         self._partial = b""
         self._parse = stats_format().parse_line
@@ -160,7 +161,7 @@ class LocustProcess:
                 log = open(f"{self.stats_path}.worker{i}.log", "ab")  # noqa: SIM115
                 self._files.append(log)
                 self._procs.append(subprocess.Popen(
-                    [*NICE, *self.worker_args(port)], stdout=log, stderr=subprocess.STDOUT,
+                    [*NICE, *self.worker_args(port or 0)], stdout=log, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, env=env, cwd=self.locustfile.parent,
                     process_group=master.pid,
                 ))
@@ -226,7 +227,7 @@ class LocustProcess:
                     proc.send_signal(sig)
 
     # -- stats ------------------------------------------------------------------------------
-    def poll_stats(self) -> list[dict]:
+    def poll_stats(self) -> list[dict[str, Any]]:
         """Stats dicts printed since the last call (complete lines only)."""
         try:
             with open(self.stats_path, "rb") as f:
@@ -244,5 +245,5 @@ class LocustProcess:
     def __enter__(self) -> LocustProcess:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

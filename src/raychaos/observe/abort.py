@@ -27,7 +27,7 @@ def current_value(metric: str, records: list[dict[str, Any]], now: float,
         if not samples or samples[-1]["gcs_up"]:
             return 0.0 if samples else None
         last_up = max((r["t"] for r in samples if r["gcs_up"]), default=samples[0]["t"])
-        return max(0.0, now - last_up)
+        return max(0.0, now - float(last_up))
     if metric == "nodes_dead":
         samples = [r for r in records if r.get("kind") == "sample" and "nodes_total" in r]
         if not samples:

@@ -37,7 +37,8 @@ def weighted_percentile(pairs: Iterable[tuple[float | None, float]], q: float) -
     return result
 
 
-def _in(records: list[dict[str, Any]], window: tuple[float, float], load: str | None):
+def _in(records: list[dict[str, Any]], window: tuple[float, float],
+        load: str | None) -> list[dict[str, Any]]:
     lo, hi = window
     return [r for r in records if r.get("kind") == "load" and lo <= r["t"] < hi
             and (load is None or r.get("load") == load)]

@@ -25,7 +25,8 @@ def _state(lines: list[str]) -> dict[str, Any] | None:
     for line in reversed(lines):
         if PREFIX in line:
             try:
-                return json.loads(line.split(PREFIX, 1)[1])
+                state: dict[str, Any] = json.loads(line.split(PREFIX, 1)[1])
+                return state
             except ValueError:
                 return None
     return None
@@ -49,12 +50,12 @@ def sentinel_preserved(timeout_s: Annotated[float, Range(0, 3600)] = 120.0) -> d
     run = current()
     before = run.extras.get("sentinel")
     if not before:
-        evidence = {"note": "no sentinel was created (extensions.raychaos.sentinel is false)"}
-        run.record_probe("sentinel_preserved", "n/a", evidence)
-        return evidence
+        note = {"note": "no sentinel was created (extensions.raychaos.sentinel is false)"}
+        run.record_probe("sentinel_preserved", "n/a", note)
+        return note
     status, lines = run_job(run.target, "python sentinel.py check", timeout_s)
     after = _state(lines) or {"found": False, "job_status": status}
-    evidence = {
+    evidence: dict[str, Any] = {
         "before": before, "after": after,
         "found": bool(after.get("found")), "reachable": bool(after.get("reachable")),
         "same_pid": after.get("pid") == before.get("pid"),

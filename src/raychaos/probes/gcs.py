@@ -61,7 +61,8 @@ def gcs_recovery(timeout_s: Annotated[float, Range(0, 3600)] = 180.0,
         if done or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    last = next((r for r in reversed(records) if r.get("kind") == "sample"), {})
+    last: dict[str, Any] = next((r for r in reversed(records) if r.get("kind") == "sample"),
+                                {})
     workers_after = set(last.get("alive_ids") or []) if last.get("gcs_up") else set()
     evidence = {
         "mode": kill.get("mode"), "killed_at": kill.get("killed_at"),

@@ -58,7 +58,8 @@ def _progress(run: Any, names: list[str], timeout_s: float, recent_s: float = 15
         last: dict[str, float] = {}
         for r in read_timeline(run.timeline.path):
             if r.get("kind") == "load" and r.get("count", 0) > 0:
-                last[r.get("load")] = max(last.get(r.get("load"), 0.0), r["t"])
+                name = str(r.get("load"))
+                last[name] = max(last.get(name, 0.0), float(r["t"]))
         out = {n: {"last_progress_s_ago": round(now - last[n], 1) if n in last else None,
                    "progressing": n in last and now - last[n] <= recent_s} for n in names}
         if all(v["progressing"] for v in out.values()) or time.monotonic() > deadline:
@@ -96,7 +97,7 @@ def job_survival(timeout_s: Annotated[float, Range(0, 3600)] = 90.0) -> dict[str
     unseen = sorted(n for n, s in states.items() if s == "UNKNOWN")
     if unseen:  # not observed is not lost, and certainly not survived: say so
         evidence["unobserved"] = unseen
-        evidence["lost"] = sorted(set(evidence["lost"]) - set(unseen))
+        evidence["lost"] = sorted(set(jobs) - set(survived) - set(unseen))
     verdict = ("n/a" if not jobs else "unknown" if unseen
                else "pass" if len(survived) == len(jobs) else "fail")
     run.record_probe("job_survival", verdict, evidence)
@@ -105,6 +106,6 @@ def job_survival(timeout_s: Annotated[float, Range(0, 3600)] = 90.0) -> dict[str
 
 def _status(target: Any, job_id: str) -> str:
     try:
-        return target.job_status(job_id)
+        return str(target.job_status(job_id))
     except Exception:  # the Jobs API did not answer: that is UNKNOWN, not a crash
         return "UNKNOWN"

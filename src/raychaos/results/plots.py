@@ -20,7 +20,7 @@ from typing import Any
 __all__ = ["EVENT_STYLES", "render_timeline_png"]
 
 # event -> (colour, line style, legend label)
-EVENT_STYLES: dict[str, tuple[str, str, str]] = {
+EVENT_STYLES: dict[str, tuple[str, Any, str]] = {
     "fault_start": ("#d62728", "--", "fault start"),
     "fault_applied": ("#d62728", "-", "fault applied"),
     "fault_end": ("#2ca02c", "--", "fault end"),

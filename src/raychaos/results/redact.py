@@ -34,7 +34,7 @@ def redact_text(text: str) -> str:
 def redact(value: Any, key: str = "") -> Any:
     """A copy of ``value`` with credentials masked (dicts, lists, strings; others as they are)."""
     if isinstance(value, dict):
-        out = {}
+        out: dict[Any, Any] = {}
         for k, v in value.items():
             ks = str(k)
             if ks == "secrets" and isinstance(v, dict):

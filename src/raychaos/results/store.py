@@ -214,7 +214,8 @@ class Ledger:
 
     @property
     def faults(self) -> list[dict[str, Any]]:
-        return self.data["faults"]
+        faults: list[dict[str, Any]] = self.data["faults"]
+        return faults
 
     def save(self) -> None:
         with self._lock:

@@ -117,7 +117,8 @@ def schedule_manifests(plan_path: str | Path, cron: str, namespace: str, image: 
         {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": meta, "spec": cron_spec},
     ]
     # Independent copies: no dict shared between manifests (and no YAML &anchors when dumped).
-    return json.loads(json.dumps(manifests))
+    copies: list[dict[str, Any]] = json.loads(json.dumps(manifests))
+    return copies
 
 
 def render_yaml(manifests: list[dict[str, Any]]) -> str:

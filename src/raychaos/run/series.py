@@ -64,7 +64,7 @@ def run_gameday(plan_path: str | Path, *, results_root: str | Path = "results",
     folder = new_run_dir(results_root, f"gameday-{slugify(plan.name)}")
     steps: list[dict[str, Any]] = []
     codes: list[int] = []
-    run_dirs: list[Path] = []
+    run_dirs: list[str | Path] = []
     stopped: str | None = None
     try:
         for i, step in enumerate(plan.experiments):
@@ -117,7 +117,7 @@ def run_trials(experiment: str | Path, trials: int, *, slo: str | None = None,
     run = run or _default_run()
     folder = new_run_dir(results_root, f"{slugify(Path(experiment).stem)}-trials")
     codes: list[int] = []
-    run_dirs: list[Path] = []
+    run_dirs: list[str | Path] = []
     try:
         for i in range(trials):
             say(f"trial {i + 1}/{trials}: {experiment}")

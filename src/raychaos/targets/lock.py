@@ -51,7 +51,8 @@ class FileLock:
 
     def read(self) -> dict[str, Any] | None:
         try:
-            return json.loads(self.path.read_text(encoding="utf-8"))
+            data: dict[str, Any] = json.loads(self.path.read_text(encoding="utf-8"))
+            return data
         except FileNotFoundError:
             return None
         except ValueError:  # torn by a crash mid-write: nobody can hold a lock they cannot name

@@ -29,7 +29,7 @@ __all__ = ["diagnose_pdbs", "drain_nodes", "select_nodes", "uncordon"]
 
 
 def _select_nodes(api: ApiSession, selector: str | None, count: int | None,
-                  pods_by_node: dict[str, list[dict]]) -> list[dict[str, Any]]:
+                  pods_by_node: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     if selector:
         nodes = api.read(api.core.list_node, label_selector=selector)["items"]
         if not nodes:
@@ -104,7 +104,7 @@ def drain_nodes(api: ApiSession, ns: str, cluster: str, run_id: str, record: dic
     t0 = time.monotonic()
     ray_pods = api.read(api.core.list_namespaced_pod, ns,
                         label_selector=f"ray.io/cluster={cluster}")["items"]
-    by_node: dict[str, list[dict]] = {}
+    by_node: dict[str, list[dict[str, Any]]] = {}
     for pod in ray_pods:
         by_node.setdefault(pod.get("spec", {}).get("nodeName") or "", []).append(pod)
     nodes = _select_nodes(api, selector, count, by_node)
@@ -149,8 +149,8 @@ def drain_nodes(api: ApiSession, ns: str, cluster: str, run_id: str, record: dic
     return evidence
 
 
-def _evict_all(api: ApiSession, ns: str, victims: list[dict], deadline: float
-               ) -> tuple[list[dict], list[dict], int]:
+def _evict_all(api: ApiSession, ns: str, victims: list[dict[str, Any]], deadline: float
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
     """Evict each pod; 429s are retried with exponential backoff until ``deadline``."""
     pending, evicted, attempts, backoff = list(victims), [], 0, 0.05
     while pending:

@@ -102,7 +102,7 @@ def kill_head(api: ApiSession, ns: str, cluster: str, mode: str,
         container = pod["spec"]["containers"][0]["name"]
         command = KILL_MODES[mode]
         output = api.gate("POST", f"{path}/exec", {"container": container, "command": command},
-                          lambda: _exec(api, ns, name, container, command)) or ""
+                          lambda: _exec(api, ns, name, container, command or [])) or ""
     return {"mode": mode, "namespace": ns, "old": old | {"killed_at": killed_at},
             "killed_at": killed_at, "dry_run": api.gate.dry_run, "exec_output": output}
 

@@ -176,8 +176,10 @@ class KubernetesTarget:
     # --- observation ---------------------------------------------------------------------------
     def _ray_pods(self) -> list[dict[str, Any]]:
         api = self._api()
-        return api.read(api.core.list_namespaced_pod, self.ns,
-                        label_selector=f"ray.io/cluster={self.cluster}")["items"]
+        pods: list[dict[str, Any]] = api.read(api.core.list_namespaced_pod, self.ns,
+                                               label_selector=f"ray.io/cluster={self.cluster}"
+                                               )["items"]
+        return pods
 
     def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:
         """Ray nodes as pods: Ready → ALIVE, terminating → DRAINING, otherwise DEAD."""

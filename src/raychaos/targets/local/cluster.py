@@ -85,7 +85,7 @@ class LocalCluster:
 
     def supervisor_alive(self) -> bool:
         pid = (self.desired() or {}).get("supervisor_pid")
-        return bool(pid) and process_matches(int(pid), b"supervisor")
+        return isinstance(pid, int) and process_matches(pid, b"supervisor")
 
     def is_up(self) -> bool:
         return self.desired() is not None and self.supervisor_alive()

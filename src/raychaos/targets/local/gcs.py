@@ -45,10 +45,10 @@ class GcsProbe:
         self._client: Any = None
 
     def _gcs_client(self) -> Any:
-        from ray._raylet import GcsClient
+        import ray._raylet
 
         if self._client is None:
-            self._client = GcsClient(address=self.address)
+            self._client = ray._raylet.GcsClient(address=self.address)
         return self._client
 
     def ask(self, deadline_s: float = 0.5, draining: bool = False) -> GcsAnswer:

@@ -38,10 +38,10 @@ class LocalJobs:
     def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
                    on_driver_node: bool = True, metadata: dict[str, str] | None = None) -> str:
         runtime_env = {"working_dir": working_dir} if working_dir else None
-        return self._jobs().submit_job(
+        return str(self._jobs().submit_job(
             entrypoint=entrypoint, runtime_env=runtime_env, metadata=metadata or {},
             entrypoint_num_cpus=0,
-            entrypoint_resources={DRIVER_RESOURCE: 1} if on_driver_node else None)
+            entrypoint_resources={DRIVER_RESOURCE: 1} if on_driver_node else None))
 
     def job_status(self, job_id: str) -> str:
         try:  # a read: safe to repeat while the dashboard blinks
@@ -55,7 +55,8 @@ class LocalJobs:
 
     def job_driver_node(self, job_id: str) -> str | None:
         try:
-            return self._jobs().get_job_info(job_id).driver_node_id
+            node: str | None = self._jobs().get_job_info(job_id).driver_node_id
+            return node
         except Exception:
             return None
 

@@ -102,7 +102,8 @@ def node_env(plan: NodePlan, cluster: str) -> dict[str, str]:
     return env
 
 
-def start_node(plan: NodePlan, cluster: str, gcs_address: str, log_path: Path) -> subprocess.Popen:
+def start_node(plan: NodePlan, cluster: str, gcs_address: str, log_path: Path
+               ) -> subprocess.Popen[bytes]:
     """Start the node; returns the Popen whose PID (and process group) owns the whole node."""
     node_dir = Path(plan.node_dir)
     node_dir.mkdir(parents=True, exist_ok=True)

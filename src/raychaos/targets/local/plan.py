@@ -25,7 +25,7 @@ GPU_LABEL = "raychaos.io/node-group"
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def plan_nodes(spec: LocalClusterSpec, state_dir: Path, net: PodNetwork,

@@ -34,13 +34,14 @@ TICK_S = 0.2
 class Supervisor:
     def __init__(self, state_dir: Path):
         self.state_dir = state_dir
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.status: dict[str, Any] = {"supervisor_pid": _pid(), "nodes": {}, "events": []}
         self.stopping = False
 
     # --- state files -----------------------------------------------------------------------
     def desired(self) -> dict[str, Any]:
-        return json.loads((self.state_dir / "cluster.json").read_text())
+        data: dict[str, Any] = json.loads((self.state_dir / "cluster.json").read_text())
+        return data
 
     def save(self) -> None:
         write_json_atomic(self.state_dir / "status.json", self.status)

@@ -160,7 +160,7 @@ def netfault_leftovers(cluster: LocalCluster) -> dict[str, Any]:
 
 
 def _spawn(netns: str, mode: str, host: str, port: int, seconds: float, rate: float = 0.0,
-           pipe: bool = True) -> subprocess.Popen:
+           pipe: bool = True) -> subprocess.Popen[str]:
     cmd = ["ip", "netns", "exec", netns, sys.executable, NETPROBE, mode, host, str(port),
            str(seconds)] + ([str(rate)] if rate else [])
     return subprocess.Popen(cmd, stdout=subprocess.PIPE if pipe else subprocess.DEVNULL,

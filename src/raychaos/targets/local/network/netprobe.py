@@ -19,7 +19,7 @@ import time
 CHUNK = b"\xa5" * 65536
 
 
-def recv(host: str, port: int, seconds: float) -> dict[str, float]:
+def recv(host: str, port: int, seconds: float) -> dict[str, float | str]:
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind((host, port))
@@ -48,7 +48,7 @@ def recv(host: str, port: int, seconds: float) -> dict[str, float]:
             "rate_bps": round(total * 8 / took, 1) if took > 0 else 0.0}
 
 
-def send(host: str, port: int, seconds: float, rate_bps: float = 0.0) -> dict[str, float]:
+def send(host: str, port: int, seconds: float, rate_bps: float = 0.0) -> dict[str, float | str]:
     deadline = time.monotonic() + seconds
     sock = None
     while sock is None and time.monotonic() < deadline:

@@ -43,7 +43,8 @@ def pull_image(image: str, dest_dir: str | Path, netns: str | None = None,
                               timeout=timeout + 30, check=False)
         if proc.returncode:
             raise RuntimeError(f"pull of {image} in {netns} failed: {proc.stderr.strip()[-300:]}")
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return result
     host, _, ref = image.partition("/")
     name, _, tag = ref.rpartition(":")
     base = f"http://{host}/v2/{name}"
@@ -84,9 +85,9 @@ def _fetch(url: str, path: Path) -> int:
 def serve(host: str, port: int, image_mb: float, error_rate: float = 0.0) -> None:
     """Serve every image name/tag as ``image_mb`` MiB of layers until killed."""
     size = int(image_mb * 1024 * 1024)
-    layers = [{"digest": f"sha256-{i}", "size": min(LAYER_BYTES, size - i * LAYER_BYTES)}
-              for i in range(max(1, -(-size // LAYER_BYTES)))]
-    sizes = {entry["digest"]: entry["size"] for entry in layers}
+    sizes = {f"sha256-{i}": min(LAYER_BYTES, size - i * LAYER_BYTES)
+             for i in range(max(1, -(-size // LAYER_BYTES)))}
+    layers = [{"digest": digest, "size": n} for digest, n in sizes.items()]
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
