@@ -6,7 +6,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 EXPERIMENT ?= experiments/head-kill.yaml
 
-.PHONY: setup sysdeps demo test unit bench clean
+.PHONY: setup sysdeps demo test lint unit bench clean
 
 setup: $(VENV)/.installed sysdeps
 
@@ -24,8 +24,14 @@ sysdeps:
 demo: setup
 	$(VENV)/bin/raychaos run $(EXPERIMENT) --down
 
-test: setup
+test: setup lint
 	$(PY) -m pytest
+
+# The gates .ci/run passes before any test runs (also: `make lint` alone).
+lint: setup
+	$(VENV)/bin/ruff check src tests bench loads
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 unit: setup
 	$(PY) -m pytest tests/unit
