@@ -243,7 +243,7 @@ class Api:
             self.on_service_deleted(gone)
         if res.returns_object_on_delete:
             return 200, self.wire(res, gone)
-        return 200, R.status(200, None, "", {**R._details(res, name),
+        return 200, R.status(None, None, "", {**R._details(res, name),
                                              "uid": gone["metadata"]["uid"]}, ok=True)
 
     def _delete_pod(self, res: R.Res, pod: dict, grace: int | None) -> Reply:

@@ -55,8 +55,10 @@ def record_event(api: Api, obj: dict, reason: str, message: str, component: str,
 
 
 class ControllerManager:
-    def __init__(self, api: Api, lag_s: float = 0.1, resync_s: float = 1.0):
+    def __init__(self, api: Api, lag_s: float = 0.1, resync_s: float = 1.0,
+                 enabled: set[str] | None = None):
         self.api = api
+        self.enabled = enabled  # None: all; else the names of the controllers to run
         self.lag_s = lag_s
         self.resync_s = resync_s
         self.extra: list[tuple[str, Callable[[], None]]] = []
@@ -94,6 +96,8 @@ class ControllerManager:
             ("namespace", self.namespaces),
         ]
         for name, fn in steps:
+            if self.enabled is not None and name not in self.enabled:
+                continue
             try:
                 fn()
             except Exception as exc:  # noqa: BLE001 - keep the world running, keep the error

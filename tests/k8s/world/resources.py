@@ -77,7 +77,7 @@ def suffix(n: int = 5) -> str:
 
 
 # --- Status replies ------------------------------------------------------------------------------
-def status(code: int, reason: str | None, message: str, details: dict | None = None,
+def status(code: int | None, reason: str | None, message: str, details: dict | None = None,
            ok: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {},
                            "status": "Success" if ok else "Failure"}
@@ -87,7 +87,8 @@ def status(code: int, reason: str | None, message: str, details: dict | None = N
         out["reason"] = reason
     if details is not None:
         out["details"] = details
-    out["code"] = code
+    if code is not None:  # a successful delete's Status carries no code
+        out["code"] = code
     return out
 
 
@@ -189,7 +190,8 @@ def _pull_policy(image: str) -> str:
 
 def _qos(containers: list[dict]) -> str:
     reqs = [c.get("resources") or {} for c in containers]
-    if not any(r.get("requests") or r.get("limits") for r in reqs):
+    if not any(k in (r.get("requests") or {}) or k in (r.get("limits") or {})
+               for r in reqs for k in ("cpu", "memory")):
         return "BestEffort"
     for r in reqs:
         lim, req = r.get("limits") or {}, r.get("requests") or {}

@@ -284,9 +284,9 @@ class _Handler(BaseHTTPRequestHandler):
     @staticmethod
     def _no_kubelet(pod: dict, container: str, command: list[str]) -> str:
         m = pod["metadata"]
-        cmd = "\\u0026".join(f"command={c}" for c in command)
+        cmd = "&".join(f"command={c}" for c in command)
         url = f"https://127.0.0.1:10299/exec/{m['namespace']}/{m['name']}/{container}?{cmd}" \
-              "\\u0026error=1\\u0026output=1"
+              "&error=1&output=1"
         return (f'error sending request: Post "{url}": dial tcp 127.0.0.1:10299: connect: '
                 f"connection refused")
 

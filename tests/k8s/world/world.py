@@ -99,7 +99,8 @@ class World:
                  state_root: Path | str = STATE_ROOT, replacement_delay_s: float = 0.0,
                  head_delay_s: float = 0.0, head_restart_policy: str | None = None,
                  image_mb: float = 16.0, allow_privileged: bool = True,
-                 restart_backoff_s: float = 10.0, port: int = 0, keep_state: bool = False):
+                 restart_backoff_s: float = 10.0, port: int = 0, keep_state: bool = False,
+                 controllers: set[str] | None = None):
         self.name, self.namespace, self.cluster, self.gcs_ft = name, namespace, cluster, gcs_ft
         self.node_specs = default_nodes() if nodes is None else nodes
         self.state_dir = Path(state_root) / name
@@ -108,7 +109,7 @@ class World:
         self.store = Store()
         self.api = Api(self.store, allow_privileged=allow_privileged)
         self.server = ApiServer(self.api)
-        self.controllers = ControllerManager(self.api)
+        self.controllers = ControllerManager(self.api, enabled=controllers)
         self.kuberay = KubeRay(self.api, self.state_dir / "gcs", replacement_delay_s,
                                head_delay_s, head_restart_policy)
         self.sim = SimKubelet(self.api)
