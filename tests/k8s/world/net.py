@@ -157,11 +157,16 @@ class WorldNet:
             shutil.rmtree(NETNS_ETC / ns, ignore_errors=True)
 
     # --- services (kube-proxy) ---------------------------------------------------------------
-    def route_vip(self, vip: str, target: tuple[str, str, str] | None) -> None:
-        """Send ``vip`` to ``target`` = (node, pod netns or node netns, pod ip); None: nowhere."""
+    def route_vip(self, vip: str, target: tuple[str, str, str] | None,
+                  ports: dict[int, int] | None = None) -> None:
+        """Send ``vip`` to ``target`` = (node, pod netns or node netns, pod ip); None: nowhere.
+        ``ports`` maps service port → targetPort where they differ (DNAT in the holder)."""
         old = self.vips.pop(vip, None)
+        table = "rwsvc_" + vip.replace(".", "_")
         if old and (target is None or old[1] != target[1]):
             ip("-n", old[1], "addr", "del", f"{vip}/32", "dev", "lo", check=False)
+            subprocess.run(["ip", "netns", "exec", old[1], "nft", "delete", "table", "ip", table],
+                           capture_output=True, check=False)
         if target is None:
             ip("route", "del", f"{vip}/32", check=False)
             for n in self.nodes.values():
@@ -170,6 +175,14 @@ class WorldNet:
         node_name, holder, pod_ip = target
         node = self.nodes[node_name]
         ip("-n", holder, "addr", "replace", f"{vip}/32", "dev", "lo", check=False)
+        if ports:
+            rules = "".join(f"    ip daddr {vip} tcp dport {p} redirect to :{t}\n"
+                            for p, t in sorted(ports.items()))
+            script = (f"table ip {table} {{}}\ndelete table ip {table}\ntable ip {table} {{\n"
+                      f"  chain out {{ type nat hook output priority -100;\n{rules}  }}\n"
+                      f"  chain pre {{ type nat hook prerouting priority -100;\n{rules}  }}\n}}\n")
+            subprocess.run(["ip", "netns", "exec", holder, "nft", "-f", "-"], input=script,
+                           text=True, capture_output=True, check=False)
         ip("route", "replace", f"{vip}/32", "via", node.uplink_ip)
         for n in self.nodes.values():
             if n.name != node_name:

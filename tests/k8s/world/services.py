@@ -69,7 +69,8 @@ class Services:
                     net.write_hosts(base + f"{wk.ip} {wk.name}\n", [wk.netns])
         for vip, target in wanted.items():
             if self.routes.get(vip) != target:
-                self.w.net.route_vip(vip, target)
+                self.w.net.route_vip(vip, target[:3] if target else None,
+                                     dict(target[3]) if target else None)
                 self.routes[vip] = target
 
     def _vip_targets(self) -> dict[str, tuple | None]:
@@ -86,7 +87,11 @@ class Services:
             if ep:
                 wk = workers.get(ep[2])
                 if wk is not None and wk.netns:
-                    target = (wk.node, wk.netns, wk.ip)
+                    ports = tuple(sorted(
+                        (int(p["port"]), int(p["targetPort"])) for p in svc["spec"].get("ports")
+                        or [] if str(p.get("targetPort", p["port"])).isdigit()
+                        and int(p["targetPort"]) != int(p["port"])))
+                    target = (wk.node, wk.netns, wk.ip, ports)
             out[vip] = target
         for vip in self.routes:
             out.setdefault(vip, None)
