@@ -53,7 +53,7 @@ class ApiServer:
         class Handler(_Handler):
             srv = owner
 
-        self._http = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._http = _Quiet(("127.0.0.1", port), Handler)
         self._http.daemon_threads = True
         threading.Thread(target=self._http.serve_forever, args=(0.1,), daemon=True,
                          name="world-apiserver").start()
@@ -68,6 +68,15 @@ class ApiServer:
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
+
+
+class _Quiet(ThreadingHTTPServer):
+    """A client hanging up mid-request (a watch closed early) is not worth a traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
 
 
 def _parse(path: str) -> dict[str, Any] | None:

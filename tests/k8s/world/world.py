@@ -156,7 +156,7 @@ class World:
                 int(pid_file.read_text()) != os.getpid():
             raise RuntimeError(f"world {self.name} is already running (pid file {pid_file})")
         if self.needs_host and self.state_dir.exists():
-            cleanup(self.name, self.state_dir.parent)  # what an earlier crash left
+            cleanup(self.name, self.state_dir.parent, keep_state=True)  # an earlier crash's
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.started = True
         self.server.start(self.port)
