@@ -13,7 +13,6 @@ from kubernetes import client, config
 from raychaos.config import KubernetesSpec
 from raychaos.targets.kubernetes import KubernetesTarget
 from tests.k8s.world import World, default_nodes
-from tests.k8s.world import resources as R
 
 
 def wait(pred, timeout: float = 10.0, what: str = "condition"):  # noqa: ANN001

@@ -75,7 +75,8 @@ def diff(want: Any, got: Any, path: str = "") -> list[str]:
     if isinstance(want, list) and isinstance(got, list):
         if len(want) != len(got):
             return [f"{path}: {len(got)} items, want {len(want)}"]
-        return [d for i, (a, b) in enumerate(zip(want, got)) for d in diff(a, b, f"{path}[{i}]")]
+        pairs = enumerate(zip(want, got, strict=True))
+        return [d for i, (a, b) in pairs for d in diff(a, b, f"{path}[{i}]")]
     return [] if want == got else [f"{path}: {got!r}, want {want!r}"]
 
 
@@ -125,7 +126,7 @@ def check(w: World, name: str, body: Any = "golden") -> Any:
         lines = [json.loads(x) for x in got.splitlines() if x.strip()]
         problems = [f"{name}: {len(lines)} events, want {len(resp['lines'])}"] \
             if len(lines) != len(resp["lines"]) else []
-        for i, (a, b) in enumerate(zip(resp["lines"], lines)):
+        for i, (a, b) in enumerate(zip(resp["lines"], lines, strict=False)):
             problems += diff(normalize(a), normalize(b), f"line[{i}]")
         assert not problems, "\n".join(problems)
         return lines
@@ -221,7 +222,7 @@ def test_watch_from_list_rv(world):
     got = [json.loads(x) for x in out["r"][2].splitlines() if x.strip()]
     assert [e["type"] for e in got] == [e["type"] for e in lines]
     problems = []
-    for i, (a, b) in enumerate(zip(lines, got)):
+    for i, (a, b) in enumerate(zip(lines, got, strict=False)):
         problems += diff(normalize(a), normalize(b), f"line[{i}]")
     assert not problems, "\n".join(problems)
 

@@ -1,0 +1,92 @@
+"""Image pulls are real transfers from the world registry into a node's network namespace: the
+harness's own privileged hostNetwork throttling DaemonSet (``k8s_network``, running ``tc`` on
+the node's default-route interface) measurably slows a pull on that node — read back from the
+kubelet's ``Pulled`` events — and not on another node; deleting it undoes the throttle.
+(Run under ``flock /tmp/raychaos-cluster.lock``; no Ray processes, two nodes.)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import pytest
+
+from raychaos.targets import k8s_network
+from raychaos.targets.k8s_client import ApiSession
+from tests.k8s.world import NodeSpec, World
+from tests.k8s.world import resources as R
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="real nodes need root (netns)")
+PULLED = re.compile(r'Successfully pulled image "([^"]+)" in (\S+) \((\S+) including waiting\)'
+                    r"\. Image size: (\d+) bytes\.")
+
+
+@pytest.fixture(scope="module")
+def world():
+    w = World(name="t-pull", cluster=None, nodes=[NodeSpec("n1"), NodeSpec("n2")],
+              image_mb=8, state_root="/tmp/raychaos-world-tests").start()
+    yield w
+    assert w.stop() == []
+
+
+def go_seconds(text: str) -> float:
+    total = 0.0
+    for num, unit in re.findall(r"([\d.]+)(ms|h|m|s)", text):
+        total += float(num) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+    return total
+
+
+def pull_seconds(w: World, node: str, tag: str) -> float:
+    """Run a pod with imagePullPolicy Always on ``node``; the Pulled event's duration."""
+    image = f"registry.raychaos.test/tools/probe:{tag}"
+    name = f"pull-{tag}"
+    w.api.create(R.BUILTIN["pods"], "ray", {"metadata": {"name": name}, "spec": {
+        "nodeName": node, "terminationGracePeriodSeconds": 0, "containers": [
+            {"name": "c", "image": image, "imagePullPolicy": "Always",
+             "command": ["sleep", "600"]}]}})
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 120:
+        for ev in w.store.list("events", "ray", fields="reason=Pulled,involvedObject.name=" + name):
+            m = PULLED.search(ev["message"])
+            if m and m[1] == image:
+                assert int(m[4]) == 8 * 1024 * 1024
+                w.api.delete(R.BUILTIN["pods"], "ray", name, {"gracePeriodSeconds": 0})
+                return go_seconds(m[2])
+        time.sleep(0.2)
+    raise AssertionError(f"no Pulled event for {image}")
+
+
+def test_a_throttle_daemonset_slows_pulls_on_its_node_only(world):
+    fast = pull_seconds(world, "n1", "before")
+    api = ApiSession.connect(world.kubeconfig, None)
+    record: dict = {}
+    try:
+        k8s_network.throttle_registry_pulls(api, "ray", "run1", record, rate="8mbit",
+                                            nodes=["n1"], registry_hosts=[
+                                                "registry.raychaos.test"])
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            pods = world.store.list("pods", "ray", "raychaos.io/run-id=run1")
+            if pods and any(c["type"] == "Ready" and c["status"] == "True"
+                            for c in pods[0]["status"].get("conditions") or []):
+                break
+            time.sleep(0.2)
+        assert pods and pods[0]["spec"]["nodeName"] == "n1"
+        time.sleep(1.0)  # the script adds the filter right after it starts
+        log = world.kubelet.log(pods[0], "tc", False) or ""
+        assert "throttled registry.raychaos.test to 8mbit on eth0" in log, log
+        slow = pull_seconds(world, "n1", "throttled")
+        other = pull_seconds(world, "n2", "other-node")
+    finally:
+        k8s_network.delete_created(api, record["undo"])
+    t0 = time.monotonic()
+    while world.store.list("pods", "ray", "raychaos.io/run-id=run1") and \
+            time.monotonic() - t0 < 30:
+        time.sleep(0.2)
+    after = pull_seconds(world, "n1", "after")
+    api.close()
+    # 8 MiB at 8 Mbit/s is ~8.4 s; unthrottled it is well under a second
+    assert slow > 5.0 and slow > 5 * fast, (fast, slow)
+    assert other < slow / 3 and after < slow / 3, (other, after, slow)
