@@ -237,7 +237,7 @@ class KubeRay:
                         "annotations") or {}).get("ray.io/external-storage-namespace",
                                                   meta["uid"])},
                     {"name": "RAY_gcs_storage", "value": "rocksdb"},
-                    {"name": "RAY_gcs_storage_path", "value": "/ray-gcs"}]
+                    {"name": "RAY_gcs_storage_path", "value": "/tmp/ray-gcs"}]
         if ft and node_type != "head":
             add.append({"name": "RAY_gcs_rpc_server_reconnect_timeout_s", "value": "600"})
         env += [e for e in add if e["name"] not in have]
@@ -256,7 +256,7 @@ class KubeRay:
             folder = self.storage_root / f"{ns}-{name}-{meta['uid'][:8]}"
             vols.append({"name": "ray-gcs-storage", "hostPath": {
                 "path": str(folder), "type": "DirectoryOrCreate"}})
-            mounts.append({"name": "ray-gcs-storage", "mountPath": "/ray-gcs"})
+            mounts.append({"name": "ray-gcs-storage", "mountPath": "/tmp/ray-gcs"})
         path, port = ("/api/gcs_healthz", 8265) if node_type == "head" else \
             ("/api/local_raylet_healthz", 52365)
         c.setdefault("readinessProbe", {"httpGet": {"path": path, "port": port},

@@ -143,11 +143,19 @@ class PodWorker(threading.Thread):
             elif "hostPath" in v:
                 mounts.append(Mount(vm["mountPath"], v["hostPath"]["path"]))
         n = self.state.get(c["name"], {}).get("restarts", 0)
+        tmp = self.dir / f"{c['name']}-{n}" / "tmp"
+        (tmp / "home").mkdir(parents=True, exist_ok=True)
+        # HOME is /tmp/home inside: a login shell (KubeRay's bash -lc) resets PATH, and its
+        # .bash_profile puts the venv's bin back in front
+        (tmp / "home" / ".bash_profile").write_text('export PATH="$WORLD_PATH"\n')
         env = base_env(self.name, f"{self.k.world}/{self.uid}") | container_env(pod, c)
+        if env["HOME"] == "/root":
+            env["HOME"] = "/tmp/home"
+        env["WORLD_PATH"] = env["PATH"]
         argv = [re.sub(r"\$\((\w+)\)", lambda m: env.get(m[1], m[0]), a)
                 for a in list(c.get("command") or []) + list(c.get("args") or [])]
         return Container(c["name"], self.netns, self.name, argv or ["sleep", "infinity"], env,
-                         self.dir / f"{c['name']}-{n}" / "tmp", self.dir / f"{c['name']}-{n}.log",
+                         tmp, self.dir / f"{c['name']}-{n}.log",
                          mounts, self.k.nice_for(pod))
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -209,13 +217,14 @@ class PodWorker(threading.Thread):
         if c is not None and c.exit_code() is None:
             return
         policy = pod["spec"].get("restartPolicy", "Always")
-        if c is not None and not st.get("finished"):  # it just exited
+        if c is not None:  # it just exited
             code = c.exit_code()
             term = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
                     "startedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(c.started_at)),
                     "finishedAt": now(), "containerID": f"world://{self.uid[:8]}-{name}"}
             ran = time.time() - c.started_at
             c.kill()  # whatever the container left in its namespace
+            self.containers.pop(name, None)
             st["ready"] = False
             restart = policy == "Always" or (policy == "OnFailure" and code != 0)
             if restart:
@@ -232,7 +241,7 @@ class PodWorker(threading.Thread):
                                f"{name} in pod {self.name}_{self.ns}({self.uid})", name,
                                "Warning")
             else:
-                st["finished"] = True
+                st["finished"], st["exit"] = True, code
                 self._set_cstatus(spec, {"terminated": term})
                 self._maybe_finish(pod)
                 return
@@ -291,7 +300,7 @@ class PodWorker(threading.Thread):
     def _maybe_finish(self, pod: dict) -> None:
         names = [c["name"] for c in pod["spec"]["containers"]]
         if all(self.state.get(n, {}).get("finished") for n in names):
-            ok = all(self.containers[n].exit_code() == 0 for n in names if n in self.containers)
+            ok = all(self.state[n].get("exit") == 0 for n in names)
             self.patch_status(lambda p: p["status"].update(phase="Succeeded" if ok else "Failed"))
 
     def _terminate(self, pod: dict) -> None:

@@ -35,6 +35,9 @@ SAFE_MOUNT_ROOTS = ("/tmp/", "/dev/shm")
 def base_env(hostname: str, marker: str) -> dict[str, str]:
     return {"PATH": f"{VENV_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME": "/root", "HOSTNAME": hostname, "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1",
+            # no DNS server in the world: names come from /etc/hosts, which gRPC's default
+            # c-ares resolver does not read
+            "GRPC_DNS_RESOLVER": "native",
             MARKER: marker}
 
 
@@ -60,17 +63,24 @@ class Container:
     started_at: float = 0.0
 
     def setup_script(self) -> str:
-        lines = ["set -e", f"mount --bind {shlex.quote(str(self.tmp_dir))} /tmp"]
+        """Volumes first (their sources may live under the host's /tmp; targets under /tmp
+        land in the container's own tmp folder), then that folder over /tmp, recursively."""
+        lines = ["set -e"]
         for m in self.mounts:
-            t = shlex.quote(m.target)
-            if not (m.target.startswith(SAFE_MOUNT_ROOTS) or os.path.isdir(m.target)):
+            if m.target.startswith("/tmp/"):
+                where = str(self.tmp_dir) + m.target[4:]
+            elif m.target.startswith(SAFE_MOUNT_ROOTS) or os.path.isdir(m.target):
+                where = m.target
+            else:
                 continue  # never create folders on the host's own filesystem
+            t = shlex.quote(where)
             lines.append(f"mkdir -p {t}")
             if m.tmpfs_bytes is not None:
                 lines.append(f"mount -t tmpfs -o size={int(m.tmpfs_bytes)} tmpfs {t}")
             elif m.source:
                 lines.append(f"mount --bind {shlex.quote(m.source)} {t}")
-        lines += [f"hostname {shlex.quote(self.hostname[:63])}", 'cd /', 'exec "$@"']
+        lines += [f"mount --rbind {shlex.quote(str(self.tmp_dir))} /tmp",
+                  f"hostname {shlex.quote(self.hostname[:63])}", 'cd /', 'exec "$@"']
         return "\n".join(lines)
 
     def start(self) -> None:
