@@ -13,6 +13,7 @@ from kubernetes import client, config
 from raychaos.config import KubernetesSpec
 from raychaos.targets.kubernetes import KubernetesTarget
 from tests.k8s.world import World, default_nodes
+from tests.k8s.world import resources as R
 
 
 def wait(pred, timeout: float = 10.0, what: str = "condition"):  # noqa: ANN001
@@ -219,3 +220,54 @@ def test_api_only_scale(tmp_path):
         assert seeded < 60 and listed < 5, (seeded, listed)
     finally:
         assert w.stop() == []
+
+
+def test_go_durations_as_the_kubelet_prints_them():
+    from tests.k8s.world.kubelet import go_duration, normalize_image
+    assert go_duration(0.1234) == "123ms"
+    assert go_duration(12.3) == "12.3s" and go_duration(2.0) == "2s"
+    assert go_duration(83.456) == "1m23.456s" and go_duration(3723.5) == "1h2m3.5s"
+    assert normalize_image("rayproject/ray:2.60.0") == \
+        "registry-1.docker.io/rayproject/ray:2.60.0"
+    assert normalize_image("busybox") == "registry-1.docker.io/library/busybox:latest"
+    assert normalize_image("registry.raychaos.test/a/b:1") == "registry.raychaos.test/a/b:1"
+
+
+def test_rbac_yaml_covers_the_harness_against_the_world(world):
+    """The harness's whole tour against the world; deploy/rbac.yaml must grant every call."""
+    from tests.k8s.test_rbac import CLUSTER_SCOPED, granted
+    world.api.create(R.BUILTIN["customresourcedefinitions"], "", {
+        "metadata": {"name": "networkchaos.chaos-mesh.org"}, "spec": {
+            "group": "chaos-mesh.org", "scope": "Namespaced", "names": {
+                "plural": "networkchaos", "singular": "networkchaos", "kind": "NetworkChaos"},
+            "versions": [{"name": "v1alpha1", "served": True, "storage": True}]}})
+    spec = KubernetesSpec(cluster="demo", namespace="ray", kubeconfig=world.kubeconfig)
+    t = KubernetesTarget(spec, run_id="run1")
+    t.connect()
+    try:
+        t.describe()
+        ev = t.kill_head("pod", {})
+        t.wait_head_back(ev["old"], timeout=15)
+        rec: dict = {}
+        t.drain_nodes(record=rec, count=1, deadline_s=10)
+        t.undo(rec)
+        t.throttle_registry_pulls(1e6, nodes=["gpu-a"], registry_hosts=["r.example"], record={})
+        t.saturate_network(record={})
+        t.image_pull_seconds()
+        t.cleanup_run()
+        world.api.delete(R.BUILTIN["customresourcedefinitions"], "",
+                         "networkchaos.chaos-mesh.org", None)
+        t.saturate_network(record={}, nodes=["gpu-a", "gpu-b"])
+        t.cleanup_run()
+        lock = t.run_lock()
+        lock.acquire("run1")
+        lock.release()
+    finally:
+        t.close()
+    grants = granted()
+    used = set(world.rbac) | {("create", "", "pods/exec"), ("get", "", "pods/exec")}
+    missing = sorted(u for u in used if u not in grants)
+    assert not missing, f"deploy/rbac.yaml lacks {missing}"
+    for verb, group, resource in used:
+        assert (grants[(verb, group, resource)] == "ClusterRole") == \
+            (resource in CLUSTER_SCOPED), (verb, resource)

@@ -194,7 +194,10 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             return self.send_json(400, R.status(400, "BadRequest", "invalid JSON body"))
         if sub:
-            return self._subresource(method, res, ns, name, sub, p["tail"], q, query, body,
+            tail = p["tail"]
+            if sub == "proxy":  # keep the path as sent (a trailing slash matters to servers)
+                tail = url.path.split(f"/{name}/proxy", 1)[1].lstrip("/")
+            return self._subresource(method, res, ns, name, sub, tail, q, query, body,
                                      has_body, raw)
         if watch:
             return self._watch(res, ns, q)
