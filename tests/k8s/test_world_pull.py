@@ -1,7 +1,8 @@
 """Image pulls are real transfers from the world registry into a node's network namespace: the
 harness's own privileged hostNetwork throttling DaemonSet (``k8s_network``, running ``tc`` on
 the node's default-route interface) measurably slows a pull on that node — read back from the
-kubelet's ``Pulled`` events — and not on another node; deleting it undoes the throttle.
+kubelet's ``Pulled`` events — and not on another node; deleting it undoes the throttle. And the
+Chaos Mesh stand-in: a ``bandwidth`` NetworkChaos really slows a pod's traffic until deleted.
 (Run under ``flock /tmp/raychaos-cluster.lock``; no Ray processes, two nodes.)
 """
 
@@ -12,6 +13,8 @@ import re
 import time
 
 import pytest
+from kubernetes import client, config
+from kubernetes.stream import stream
 
 from raychaos.targets import k8s_network
 from raychaos.targets.k8s_client import ApiSession
@@ -26,7 +29,7 @@ PULLED = re.compile(r'Successfully pulled image "([^"]+)" in (\S+) \((\S+) inclu
 @pytest.fixture(scope="module")
 def world():
     w = World(name="t-pull", cluster=None, nodes=[NodeSpec("n1"), NodeSpec("n2")],
-              image_mb=8, state_root="/tmp/raychaos-world-tests").start()
+              image_mb=8, chaos_mesh=True, state_root="/tmp/raychaos-world-tests").start()
     yield w
     assert w.stop() == []
 
@@ -90,3 +93,63 @@ def test_a_throttle_daemonset_slows_pulls_on_its_node_only(world):
     # 8 MiB at 8 Mbit/s is ~8.4 s; unthrottled it is well under a second
     assert slow > 5.0 and slow > 5 * fast, (fast, slow)
     assert other < slow / 3 and after < slow / 3, (other, after, slow)
+
+
+def test_networkchaos_bandwidth_slows_a_pod_until_deleted(world):
+    cfg = client.Configuration()
+    config.load_kube_config(world.kubeconfig, client_configuration=cfg)
+    api = client.CoreV1Api(client.ApiClient(cfg))
+    custom = client.CustomObjectsApi(api.api_client)
+    api.create_namespaced_pod("ray", {"metadata": {"name": "srv", "labels": {"app": "srv"}},
+                                      "spec": {"nodeName": "n1", "containers": [{
+        "name": "c", "image": "registry.raychaos.test/tools/srv:1", "command": [
+            "sh", "-c", "head -c 4000000 /dev/urandom > /tmp/blob && cd /tmp && "
+                        "exec python3 -m http.server 8080"],
+        "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}})
+    api.create_namespaced_pod("ray", {"metadata": {"name": "cli"}, "spec": {
+        "nodeName": "n2", "containers": [{"name": "c", "image": "registry.raychaos.test/t:1",
+                                          "command": ["sleep", "600"]}]}})
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 60:
+        pods = {p.metadata.name: p for p in api.list_namespaced_pod("ray").items}
+        if all(p in pods and any(c.type == "Ready" and c.status == "True"
+                                 for c in pods[p].status.conditions or [])
+               for p in ("srv", "cli")):
+            break
+        time.sleep(0.3)
+    ip = pods["srv"].status.pod_ip
+
+    def fetch() -> float:
+        out = stream(api.connect_get_namespaced_pod_exec, "cli", "ray", command=[
+            "python3", "-c", "import time,urllib.request as u; t=time.time(); "
+            f"n=len(u.urlopen('http://{ip}:8080/blob', timeout=60).read()); "
+            "print(n, time.time()-t)"], stderr=True, stdout=True, stdin=False, tty=False)
+        n, took = out.split()
+        assert int(n) == 4000000
+        return float(took)
+
+    fast = fetch()
+    custom.create_namespaced_custom_object("chaos-mesh.org", "v1alpha1", "ray", "networkchaos", {
+        "apiVersion": "chaos-mesh.org/v1alpha1", "kind": "NetworkChaos",
+        "metadata": {"name": "slow"}, "spec": {
+            "action": "bandwidth", "mode": "all", "selector": {"labelSelectors": {"app": "srv"}},
+            "bandwidth": {"rate": "8mbit", "limit": 20971520, "buffer": 10000}}})
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 10:
+        obj = custom.get_namespaced_custom_object("chaos-mesh.org", "v1alpha1", "ray",
+                                                  "networkchaos", "slow")
+        conds = {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions", [])}
+        if conds.get("AllInjected") == "True":
+            break
+        time.sleep(0.2)
+    assert conds.get("AllInjected") == "True", obj
+    slow = fetch()
+    custom.delete_namespaced_custom_object("chaos-mesh.org", "v1alpha1", "ray", "networkchaos",
+                                           "slow")
+    t0 = time.monotonic()
+    while world.store.get("networkchaos", "ray", "slow") and time.monotonic() - t0 < 10:
+        time.sleep(0.2)
+    assert world.store.get("networkchaos", "ray", "slow") is None
+    after = fetch()
+    # 4 MB at 8 Mbit/s is ~4 s
+    assert slow > 2.5 and slow > 5 * fast and after < slow / 3, (fast, slow, after)

@@ -100,7 +100,7 @@ class World:
                  head_delay_s: float = 0.0, head_restart_policy: str | None = None,
                  image_mb: float = 16.0, allow_privileged: bool = True,
                  restart_backoff_s: float = 10.0, port: int = 0, keep_state: bool = False,
-                 controllers: set[str] | None = None):
+                 controllers: set[str] | None = None, chaos_mesh: bool = False):
         self.name, self.namespace, self.cluster, self.gcs_ft = name, namespace, cluster, gcs_ft
         self.node_specs = default_nodes() if nodes is None else nodes
         self.state_dir = Path(state_root) / name
@@ -119,6 +119,7 @@ class World:
         self.registry: subprocess.Popen | None = None
         self.started = False
         self.needs_host = any(n.kubelet == "real" for n in self.node_specs)
+        self.chaos_mesh = chaos_mesh
 
     # --- handy ---------------------------------------------------------------------------------
     @property
@@ -175,6 +176,11 @@ class World:
             self.controllers.add("kubelet", self.kubelet.sync)
             self.controllers.add("kube-proxy", self.services.sync)
             self.services.start_serve_prober()
+            if self.chaos_mesh:
+                from tests.k8s.world.chaosmesh import NETWORKCHAOS_CRD, ChaosMesh
+                self.api.create(R.BUILTIN["customresourcedefinitions"], "",
+                                json.loads(json.dumps(NETWORKCHAOS_CRD)))
+                self.controllers.add("chaos-mesh", ChaosMesh(self.api, self.kubelet).reconcile)
         self.controllers.start()
         if self.cluster:
             self.api.create(self.api.resolve("ray.io", "v1", "rayclusters"), self.namespace,
@@ -270,6 +276,16 @@ class World:
         self.stop()
 
     # --- for tests -----------------------------------------------------------------------------
+    def inventory(self) -> dict[str, list[str]]:
+        """What this world runs right now: marked processes and network objects."""
+        procs = []
+        for p in marked(f"{self.name}/"):
+            try:
+                procs.append(f"{p.pid} {p.name()}")
+            except Exception:  # noqa: BLE001 - it may have just exited
+                continue
+        return {"processes": procs, "network": self.net.leftovers() if self.net else []}
+
     def ray_pods(self, node_type: str | None = None) -> list[dict]:
         sel = f"ray.io/cluster={self.cluster}" + (f",ray.io/node-type={node_type}"
                                                   if node_type else "")
