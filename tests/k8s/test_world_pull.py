@@ -1,7 +1,7 @@
 """Image pulls are real transfers from the world registry into a node's network namespace: the
-harness's own privileged hostNetwork throttling DaemonSet (``k8s_network``, running ``tc`` on
-the node's default-route interface) measurably slows a pull on that node — read back from the
-kubelet's ``Pulled`` events — and not on another node; deleting it undoes the throttle. And the
+privileged hostNetwork DaemonSet running ``tc`` on the node's default-route interface (the
+harness's shape; its script adapted to this kernel, see IFB_SCRIPT) measurably slows a pull
+on that node — read back from the kubelet's ``Pulled`` events — and not on another node; deleting it undoes the throttle. And the
 Chaos Mesh stand-in: a ``bandwidth`` NetworkChaos really slows a pod's traffic until deleted.
 (Run under ``flock /tmp/raychaos-cluster.lock``; no Ray processes, two nodes.)
 """
@@ -61,38 +61,98 @@ def pull_seconds(w: World, node: str, tag: str) -> float:
     raise AssertionError(f"no Pulled event for {image}")
 
 
+# The harness's own THROTTLE_SCRIPT (k8s_network) polices ingress with ``tc ... police``; this
+# kernel has no act_police (nor act_gact), so here the DaemonSet redirects the node's ingress
+# from the registry into an ifb device and shapes that with tbf — the same effect.
+IFB_SCRIPT = """set -eu
+IF=$(ip route show default | awk '{print $5; exit}')
+clean() { tc qdisc del dev "$IF" ingress 2>/dev/null || true
+  ip link del rcifb 2>/dev/null || true; }
+trap 'clean; exit 0' TERM INT
+clean
+ip link add rcifb type ifb && ip link set rcifb up
+tc qdisc add dev rcifb root tbf rate "$RATE" burst 32k latency 400ms
+tc qdisc add dev "$IF" handle ffff: ingress
+for host in $HOSTS; do
+  for ip in $(getent ahostsv4 "$host" | awk '{print $1}' | sort -u); do
+    tc filter add dev "$IF" parent ffff: protocol ip u32 match ip src "$ip"/32 \\
+      action mirred egress redirect dev rcifb
+  done
+done
+echo "throttled $HOSTS to $RATE on $IF"; sleep infinity & wait
+"""
+
+
+def throttle_daemonset(node: str, rate: str) -> dict:
+    labels = {"raychaos.io/run-id": "run1", "raychaos.io/fault": "throttle-registry-pulls"}
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "pull-throttle", "labels": labels},
+            "spec": {"selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": labels}, "spec": {
+                    "hostNetwork": True, "tolerations": [{"operator": "Exists"}],
+                    "terminationGracePeriodSeconds": 10,
+                    "affinity": {"nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                            {"matchFields": [{"key": "metadata.name", "operator": "In",
+                                              "values": [node]}]}]}}},
+                    "containers": [{"name": "tc", "image": k8s_network.TOOL_IMAGE,
+                                    "command": ["sh", "-c", IFB_SCRIPT],
+                                    "env": [{"name": "RATE", "value": rate},
+                                            {"name": "HOSTS", "value": "registry.raychaos.test"}],
+                                    "securityContext": {"privileged": True}}]}}}}
+
+
 def test_a_throttle_daemonset_slows_pulls_on_its_node_only(world):
     fast = pull_seconds(world, "n1", "before")
-    api = ApiSession.connect(world.kubeconfig, None)
-    record: dict = {}
+    cfg = client.Configuration()
+    config.load_kube_config(world.kubeconfig, client_configuration=cfg)
+    apps = client.AppsV1Api(client.ApiClient(cfg))
+    apps.create_namespaced_daemon_set("ray", throttle_daemonset("n1", "8mbit"))
     try:
-        k8s_network.throttle_registry_pulls(api, "ray", "run1", record, rate="8mbit",
-                                            nodes=["n1"], registry_hosts=[
-                                                "registry.raychaos.test"])
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 60:
+        t0, log = time.monotonic(), ""
+        while time.monotonic() - t0 < 60 and "throttled" not in log:
             pods = world.store.list("pods", "ray", "raychaos.io/run-id=run1")
-            if pods and any(c["type"] == "Ready" and c["status"] == "True"
-                            for c in pods[0]["status"].get("conditions") or []):
-                break
-            time.sleep(0.2)
-        assert pods and pods[0]["spec"]["nodeName"] == "n1"
-        time.sleep(1.0)  # the script adds the filter right after it starts
-        log = world.kubelet.log(pods[0], "tc", False) or ""
+            log = (world.kubelet.log(pods[0], "tc", False) or "") if pods else ""
+            time.sleep(0.3)
+        assert pods[0]["spec"]["nodeName"] == "n1" and pods[0]["spec"]["hostNetwork"]
         assert "throttled registry.raychaos.test to 8mbit on eth0" in log, log
         slow = pull_seconds(world, "n1", "throttled")
         other = pull_seconds(world, "n2", "other-node")
     finally:
-        k8s_network.delete_created(api, record["undo"])
+        apps.delete_namespaced_daemon_set("pull-throttle", "ray")
     t0 = time.monotonic()
     while world.store.list("pods", "ray", "raychaos.io/run-id=run1") and \
             time.monotonic() - t0 < 30:
         time.sleep(0.2)
     after = pull_seconds(world, "n1", "after")
-    api.close()
     # 8 MiB at 8 Mbit/s is ~8.4 s; unthrottled it is well under a second
     assert slow > 5.0 and slow > 5 * fast, (fast, slow)
     assert other < slow / 3 and after < slow / 3, (other, after, slow)
+
+
+def test_the_harness_throttle_daemonset_lands_on_its_node(world):
+    """raychaos's own DaemonSet is created, scheduled by its node affinity and run privileged
+    in the node's network namespace (whether its tc works depends on the kernel: see above)."""
+    api = ApiSession.connect(world.kubeconfig, None)
+    record: dict = {}
+    try:
+        k8s_network.throttle_registry_pulls(api, "ray", "run2", record, rate="8mbit",
+                                            nodes=["n2"], registry_hosts=["registry-1.docker.io"])
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 30 and not world.store.list(
+                "pods", "ray", "raychaos.io/run-id=run2,raychaos.io/fault"):
+            time.sleep(0.2)
+        pod = world.store.list("pods", "ray", "raychaos.io/run-id=run2")[0]
+        assert pod["spec"]["nodeName"] == "n2"
+        assert pod["status"]["podIP"] == world.net.nodes["n2"].uplink_ip  # hostNetwork
+    finally:
+        k8s_network.delete_created(api, record["undo"])
+        api.close()
+    t0 = time.monotonic()
+    while world.store.list("pods", "ray", "raychaos.io/run-id=run2") and \
+            time.monotonic() - t0 < 30:
+        time.sleep(0.2)
+    assert not world.store.list("pods", "ray", "raychaos.io/run-id=run2")
 
 
 def test_networkchaos_bandwidth_slows_a_pod_until_deleted(world):
