@@ -1,9 +1,9 @@
-"""Image pulls are real transfers from the world registry into a node's network namespace: the
-privileged hostNetwork DaemonSet running ``tc`` on the node's default-route interface (the
+"""Image pulls are real transfers from the world registry into a node's network namespace:
+a privileged hostNetwork DaemonSet running ``tc`` on the node's default-route interface (the
 harness's shape; its script adapted to this kernel, see IFB_SCRIPT) measurably slows a pull
 on that node — read back from the kubelet's ``Pulled`` events — and not on another node;
-deleting it undoes the throttle. And the Chaos Mesh stand-in: a ``bandwidth`` NetworkChaos really slows a pod's traffic until deleted.
-(Run under ``flock /tmp/raychaos-cluster.lock``; no Ray processes, two nodes.)
+deleting it undoes the throttle. The Chaos Mesh stand-in: a ``bandwidth`` NetworkChaos really
+slows a pod's traffic until deleted. (Run under ``flock /tmp/raychaos-cluster.lock``.)
 """
 
 from __future__ import annotations
