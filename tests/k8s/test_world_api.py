@@ -271,3 +271,28 @@ def test_rbac_yaml_covers_the_harness_against_the_world(world):
     for verb, group, resource in used:
         assert (grants[(verb, group, resource)] == "ClusterRole") == \
             (resource in CLUSTER_SCOPED), (verb, resource)
+
+
+def test_knobs_replacement_delay_and_head_service_name(tmp_path):
+    from tests.k8s.world.world import default_raycluster
+    w = World(name="knobs", cluster=None, nodes=default_nodes("sim"), state_root=tmp_path,
+              replacement_delay_s=1.5, head_restart_policy="Never").start()
+    try:
+        rc = default_raycluster("rc2", "ray")
+        rc["spec"]["headGroupSpec"]["headService"] = {"metadata": {"name": "custom-head"}}
+        w.api.create(w.api.resolve("ray.io", "v1", "rayclusters"), "ray", rc)
+        w.cluster = "rc2"
+        w.wait_ready(timeout=20)
+        assert w.store.get("services", "ray", "custom-head") is not None
+        head = w.head_pod()
+        assert head["spec"]["restartPolicy"] == "Never"
+        worker = w.ray_pods("worker")[0]
+        w.api.delete(R.BUILTIN["pods"], "ray", worker["metadata"]["name"],
+                     {"gracePeriodSeconds": 0})
+        t0 = time.monotonic()
+        wait(lambda: len(w.ray_pods("worker")) == 2, what="the delayed replacement")
+        assert time.monotonic() - t0 >= 1.2
+        st = w.store.get("rayclusters", "ray", "rc2")["status"]
+        assert st["head"]["serviceName"] == "custom-head"
+    finally:
+        assert w.stop() == []

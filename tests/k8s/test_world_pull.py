@@ -139,8 +139,9 @@ def test_the_harness_throttle_daemonset_lands_on_its_node(world):
         k8s_network.throttle_registry_pulls(api, "ray", "run2", record, rate="8mbit",
                                             nodes=["n2"], registry_hosts=["registry-1.docker.io"])
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 30 and not world.store.list(
-                "pods", "ray", "raychaos.io/run-id=run2,raychaos.io/fault"):
+        while time.monotonic() - t0 < 30 and not [
+                p for p in world.store.list("pods", "ray", "raychaos.io/run-id=run2")
+                if p["status"].get("podIP")]:
             time.sleep(0.2)
         pod = world.store.list("pods", "ray", "raychaos.io/run-id=run2")[0]
         assert pod["spec"]["nodeName"] == "n2"

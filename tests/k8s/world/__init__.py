@@ -4,6 +4,7 @@
 README.md in this folder.
 """
 
+from tests.k8s.world.process import WorldProcess
 from tests.k8s.world.world import NodeSpec, World, cleanup, default_nodes, default_raycluster
 
-__all__ = ["World", "NodeSpec", "cleanup", "default_nodes", "default_raycluster"]
+__all__ = ["World", "WorldProcess", "NodeSpec", "cleanup", "default_nodes", "default_raycluster"]
