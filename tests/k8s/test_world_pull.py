@@ -125,6 +125,8 @@ def test_a_throttle_daemonset_slows_pulls_on_its_node_only(world):
             time.monotonic() - t0 < 30:
         time.sleep(0.2)
     after = pull_seconds(world, "n1", "after")
+    print(f"\npull seconds: unthrottled {fast}, throttled {slow}, other node {other}, "
+          f"after the undo {after}")
     # 8 MiB at 8 Mbit/s is ~8.4 s; unthrottled it is well under a second
     assert slow > 5.0 and slow > 5 * fast, (fast, slow)
     assert other < slow / 3 and after < slow / 3, (other, after, slow)
@@ -212,5 +214,7 @@ def test_networkchaos_bandwidth_slows_a_pod_until_deleted(world):
         time.sleep(0.2)
     assert world.store.get("networkchaos", "ray", "slow") is None
     after = fetch()
+    print(f"\n4 MB fetch seconds: before {fast:.2f}, under NetworkChaos {slow:.2f}, "
+          f"after {after:.2f}")
     # 4 MB at 8 Mbit/s is ~4 s
     assert slow > 2.5 and slow > 5 * fast and after < slow / 3, (fast, slow, after)

@@ -266,6 +266,10 @@ class World:
             if self.needs_host else []
         if not self.needs_host and not self.keep_state:
             shutil.rmtree(self.state_dir, ignore_errors=True)
+            try:
+                self.state_dir.parent.rmdir()
+            except OSError:
+                pass
         self.started = False
         return left
 
@@ -359,5 +363,9 @@ def cleanup(name: str, state_root: Path | str = STATE_ROOT, keep_state: bool = F
         shutil.rmtree(folder, ignore_errors=True)
         if folder.exists():
             left.append(f"folder {folder}")
+        try:
+            folder.parent.rmdir()  # the state root too, when no other world lives there
+        except OSError:
+            pass
     left += [f"process {p.pid}" for p in marked(f"{name}/")]
     return left
