@@ -157,6 +157,24 @@ def test_gcs_kill_restarts_the_head_container_in_place(world, api):
     assert workers_before <= set(after)
 
 
+def test_the_harness_kills_the_whole_head_container_and_sees_it_back(world):
+    """raychaos's own ``kill_head(mode="head")`` (exec ``kill -KILL -1``) and its watch-based
+    ``wait_head_back``, unchanged, against the world: the same pod, restartCount up."""
+    from raychaos.targets import k8s_head
+    from raychaos.targets.k8s_client import ApiSession
+    session = ApiSession.connect(world.kubeconfig, None)
+    try:
+        t0 = time.monotonic()
+        ev = k8s_head.kill_head(session, "ray", "demo", "head", {})
+        back = k8s_head.wait_head_back(session, "ray", "demo", ev["old"], timeout=240)
+        MEASURED["head_container_kill_to_ready_s"] = time.monotonic() - t0
+    finally:
+        session.close()
+    assert back["recovered"] and not back["uid_changed"], back
+    assert back["restart_count"] > ev["old"]["restart_count"]
+    wait(lambda: len(alive_nodes(world)) >= 3, 120, "3 ALIVE nodes again")
+
+
 def test_head_pod_delete_makes_a_new_head_pod(world, api):
     head = world.head_pod()
     t0 = time.monotonic()
