@@ -3,7 +3,8 @@ container) with a bridge for its pods, and an uplink to one world bridge on the 
 
 Layout for world slot ``s`` (0–15), all inside 198.19.0.0/16 (the local target uses 198.18.x):
 
-- world bridge ``rw<tag>br`` on the host: 198.19.{16s}.1/24 — the registry listens here;
+- world bridge ``rw<tag>br`` on the host: 198.19.{16s}.1/24; the registry in its own namespace
+  ``rw<tag>-registry`` at 198.19.{16s}.2;
 - node ``i``: namespace ``rw<tag>-<node>``, uplink ``eth0`` 198.19.{16s}.{10+i}, pod bridge
   ``cbr0`` 198.19.{16s+1+i}.1/24, IP forwarding on (inside the namespace only);
 - pod: namespace ``rw<tag>-p<n>``, ``eth0`` on its node's ``cbr0``, default route via the node;
@@ -12,7 +13,7 @@ Layout for world slot ``s`` (0–15), all inside 198.19.0.0/16 (the local target
 
 Pod-to-pod traffic between nodes goes node to node over the world bridge (host-gw routing,
 as flannel does), so a ``tc`` on a node's uplink shapes it. The host only originates traffic to
-pods (API server proxying, probes) and serves the registry; it never forwards, so nothing can
+pods (API server proxying, probes); it never forwards, so nothing can
 leave the machine. Every name carries the world's tag, so ``destroy`` finds all of it.
 """
 
@@ -77,6 +78,8 @@ class WorldNet:
         b = 16 * self.slot
         self.base = f"198.19.{b}"
         self.gateway = f"{self.base}.1"
+        self.registry_ip = f"{self.base}.2"
+        self.registry_netns = f"rw{self.tag}-registry"
         self.service_prefix = f"198.19.{b + 15}"
         self.bridge = f"rw{self.tag}br"
         self.nodes: dict[str, NodeNet] = {}
@@ -92,6 +95,19 @@ class WorldNet:
         ip("link", "set", self.bridge, "up")
         # everything of this world that has no more specific route is unreachable, not routed
         ip("route", "replace", "unreachable", f"198.19.{16 * self.slot}.0/20")
+        # the registry gets a namespace of its own on the world bridge (servers live on
+        # loopback or in namespaces the world made, never on a host address)
+        ns, link = self.registry_netns, f"rw{self.tag}reg"
+        ip("netns", "del", ns, check=False)
+        ip("link", "del", link, check=False)
+        ip("netns", "add", ns)
+        ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        ip("link", "set", link, "master", self.bridge, "up")
+        for args in (("link", "set", "lo", "up"), ("addr", "add", f"{self.registry_ip}/24",
+                                                   "dev", "eth0"),
+                     ("link", "set", "eth0", "up"), ("route", "add", "default", "via",
+                                                     self.gateway)):
+            ip("-n", ns, *args)
 
     def alloc_service_ip(self) -> str:
         self._svc_seq += 1

@@ -37,7 +37,7 @@ class Services:
 
     # --- /etc/hosts ----------------------------------------------------------------------------
     def base_hosts(self) -> str:
-        lines = ["127.0.0.1 localhost", f"{self.w.net.gateway} " + " ".join(REGISTRY_HOSTS)]
+        lines = ["127.0.0.1 localhost", f"{self.w.net.registry_ip} " + " ".join(REGISTRY_HOSTS)]
         store = self.w.store
         for svc in sorted(store.list("services", copy_=False),
                           key=lambda s: (s["metadata"]["namespace"], s["metadata"]["name"])):

@@ -201,7 +201,8 @@ class World:
         self.server.proxy = self.services.proxy
         env = dict(os.environ, **{MARKER: f"{self.name}/registry"})
         self.registry = subprocess.Popen(
-            [sys.executable, REGISTRY_SCRIPT, "serve", self.net.gateway, "80", str(self.image_mb)],
+            ["ip", "netns", "exec", self.net.registry_netns, sys.executable, REGISTRY_SCRIPT,
+             "serve", self.net.registry_ip, "80", str(self.image_mb)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
         assert self.registry.stdout is not None
         line = self.registry.stdout.readline()
