@@ -189,15 +189,16 @@ class _Handler(BaseHTTPRequestHandler):
         if user:
             return self.send_json(403, R.forbidden(res, verb, user, ns, name),
                                   {"X-Content-Type-Options": "nosniff"})
+        if sub == "proxy" and res.plural == "services" and self.srv.proxy is not None:
+            # any body, passed on as sent; the path as sent (a trailing slash matters)
+            tail = url.path.split(f"/{name}/proxy", 1)[1].lstrip("/")
+            return self.srv.proxy(self, ns, name, tail, method, raw)
         try:
             body = json.loads(raw) if raw.strip() else None
         except ValueError:
             return self.send_json(400, R.status(400, "BadRequest", "invalid JSON body"))
         if sub:
-            tail = p["tail"]
-            if sub == "proxy":  # keep the path as sent (a trailing slash matters to servers)
-                tail = url.path.split(f"/{name}/proxy", 1)[1].lstrip("/")
-            return self._subresource(method, res, ns, name, sub, tail, q, query, body,
+            return self._subresource(method, res, ns, name, sub, p["tail"], q, query, body,
                                      has_body, raw)
         if watch:
             return self._watch(res, ns, q)
@@ -262,8 +263,6 @@ class _Handler(BaseHTTPRequestHandler):
             return self._stream(sub, ns, name, q, query)
         if res.plural == "pods" and sub == "log":
             return self._log(ns, name, q)
-        if res.plural == "services" and sub == "proxy" and self.srv.proxy is not None:
-            return self.srv.proxy(self, ns, name, tail, method, raw)
         return self.send_text(404, "404 page not found\n")
 
     def _stream(self, sub: str, ns: str, name: str, q: dict, query: dict) -> None:
