@@ -107,11 +107,14 @@ def test_ready_with_three_alive_ray_nodes(world, api):
     assert data.startswith(b"HTTP/1.1 200") and b"ray_version" in data
 
 
-def test_job_runs_on_the_driver_worker(world):
+def test_job_runs_on_the_driver_worker(world, tmp_path):
+    """Ray's own JobSubmissionClient through the API server's service proxy, with a working_dir
+    (a zip upload through the proxy) and the driver placed on the raychaos_driver worker."""
     from ray.job_submission import JobStatus, JobSubmissionClient
+    (tmp_path / "job.py").write_text(
+        "import ray\nray.init()\nprint('answer', ray.get(ray.remote(lambda: 6 * 7).remote()))\n")
     jobs = JobSubmissionClient(world.proxy_url())
-    job = jobs.submit_job(entrypoint="python -c \"import ray; ray.init(); "
-                          "print('answer', ray.get(ray.remote(lambda: 6 * 7).remote()))\"",
+    job = jobs.submit_job(entrypoint="python job.py", runtime_env={"working_dir": str(tmp_path)},
                           entrypoint_resources={"raychaos_driver": 1})
     status = wait(lambda: (s := jobs.get_job_status(job)) in (JobStatus.SUCCEEDED,
                                                               JobStatus.FAILED) and s,
