@@ -26,7 +26,11 @@ import websocket
 from tests.k8s.world import World
 from tests.k8s.world import resources as R
 
-GOLDEN = Path(os.environ.get("RAYCHAOS_K8S_GOLDEN", "/work/shared/k8s-golden"))
+#: $RAYCHAOS_K8S_GOLDEN, else shared/ beside the checkout (as CI lays it out), else /work/shared
+GOLDEN = next((p for p in (Path(os.environ.get("RAYCHAOS_K8S_GOLDEN", "/nonexistent")),
+                           Path(__file__).resolve().parents[3] / "shared" / "k8s-golden",
+                           Path("/work/shared/k8s-golden")) if p.is_dir()),
+              Path("/work/shared/k8s-golden"))
 pytestmark = pytest.mark.skipif(not GOLDEN.is_dir(), reason=f"no goldens at {GOLDEN}")
 
 IGNORED = {"uid", "resourceVersion", "creationTimestamp", "managedFields", "lastTransitionTime",
