@@ -10,8 +10,9 @@ import time
 import pytest
 from kubernetes import client, config
 
-from raychaos.config import KubernetesSpec
-from raychaos.targets.kubernetes import KubernetesTarget
+from raychaos.config.settings import KubernetesSpec
+from raychaos.targets.kubernetes.target import KubernetesTarget
+from tests.k8s._faults import drain, saturate, throttle
 from tests.k8s.world import World, default_nodes
 from tests.k8s.world import resources as R
 
@@ -194,7 +195,7 @@ def test_the_harness_target_against_the_world(world):
         back = t.wait_head_back(kill["old"], timeout=15)
         assert back["recovered"] and back["uid_changed"]
         rec: dict = {}
-        ev = t.drain_nodes(count=1, deadline_s=15, record=rec)
+        ev = drain(t, count=1, deadline_s=15, record=rec)
         assert ev["evicted"], ev
         t.undo(rec)
         assert not world.store.get("nodes", "", ev["nodes"][0])["spec"].get("unschedulable")
@@ -249,15 +250,15 @@ def test_rbac_yaml_covers_the_harness_against_the_world(world):
         ev = t.kill_head("pod", {})
         t.wait_head_back(ev["old"], timeout=15)
         rec: dict = {}
-        t.drain_nodes(record=rec, count=1, deadline_s=10)
+        drain(t, record=rec, count=1, deadline_s=10)
         t.undo(rec)
-        t.throttle_registry_pulls(1e6, nodes=["gpu-a"], registry_hosts=["r.example"], record={})
-        t.saturate_network(record={})
-        t.image_pull_seconds()
+        throttle(t, 1e6, nodes=["gpu-a"], registry_hosts=["r.example"], record={})
+        saturate(t, record={})
+        t.cluster_events(0)
         t.cleanup_run()
         world.api.delete(R.BUILTIN["customresourcedefinitions"], "",
                          "networkchaos.chaos-mesh.org", None)
-        t.saturate_network(record={}, nodes=["gpu-a", "gpu-b"])
+        saturate(t, record={}, nodes=["gpu-a", "gpu-b"])
         t.cleanup_run()
         lock = t.run_lock()
         lock.acquire("run1")
@@ -298,8 +299,6 @@ def test_knobs_replacement_delay_and_head_service_name(tmp_path):
         assert w.stop() == []
 
 
-@pytest.mark.xfail(strict=True, reason="harness: k8s_network.PULLED does not parse the kubelet's "
-                   "'1m23.456s' form, so pulls over a minute are dropped (reported to the lead)")
 def test_the_harness_reads_every_pull_duration_form(world):
     pod = world.head_pod()
     from tests.k8s.world.controllers import record_event
@@ -312,7 +311,7 @@ def test_the_harness_reads_every_pull_duration_form(world):
                                         kubeconfig=world.kubeconfig), run_id="r1")
     t.connect()
     try:
-        got = sorted(t.image_pull_seconds())
+        got = sorted(e["seconds"] for e in t.cluster_events(0))
     finally:
         t.close()
     assert got == pytest.approx([0.123, 12.3, 83.456])

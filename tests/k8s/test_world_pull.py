@@ -16,8 +16,8 @@ import pytest
 from kubernetes import client, config
 from kubernetes.stream import stream
 
-from raychaos.targets import k8s_network
-from raychaos.targets.k8s_client import ApiSession
+from raychaos.targets.kubernetes import network as k8s_network
+from raychaos.targets.kubernetes.client import ApiSession
 from tests.k8s.world import NodeSpec, World
 from tests.k8s.world import resources as R
 

@@ -163,8 +163,8 @@ def test_gcs_kill_restarts_the_head_container_in_place(world, api):
 def test_the_harness_kills_the_whole_head_container_and_sees_it_back(world):
     """raychaos's own ``kill_head(mode="head")`` (exec ``kill -KILL -1``) and its watch-based
     ``wait_head_back``, unchanged, against the world: the same pod, restartCount up."""
-    from raychaos.targets import k8s_head
-    from raychaos.targets.k8s_client import ApiSession
+    from raychaos.targets.kubernetes import head as k8s_head
+    from raychaos.targets.kubernetes.client import ApiSession
     session = ApiSession.connect(world.kubeconfig, None)
     try:
         t0 = time.monotonic()

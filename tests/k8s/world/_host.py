@@ -1,14 +1,14 @@
 """The few things the world borrows from raychaos's local target, in one place.
 
-Why one module: the local target's modules are being renamed by a renovation happening in
-parallel; re-pointing these imports is then a one-file change. What is borrowed: the tiny image
+Why one module: the world is test code built on the local target's pieces; this keeps the
+dependency in one place. What is borrowed: the tiny image
 registry (its server, run as a process, and the pull a node does, inside a network namespace).
 """
 
 from __future__ import annotations
 
-from raychaos.targets import local_registry
-from raychaos.targets.local_registry import pull_image
+from raychaos.targets.local.registry import server as local_registry
+from raychaos.targets.local.registry.server import pull_image
 
 __all__ = ["pull_image", "REGISTRY_SCRIPT"]
 
