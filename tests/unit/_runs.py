@@ -111,6 +111,7 @@ def make_run(root: Path, name: str = "run-a", *, title: str = "Kill the head und
              errors: list[str] | None = None, summary: bool = True, torn: bool = False,
              gcs_down: tuple[float, float] = (20.0, 26.0),
              nodes_back_at: float = 34.0, started_at: float = T0,
+             slug: str = "kill-the-head-under-load",
              loads: dict[str, Any] | None = DEFAULT_LOADS) -> Path:
     """Write one synthetic results folder under ``root`` and return its path."""
     run = root / name
@@ -126,7 +127,7 @@ def make_run(root: Path, name: str = "run-a", *, title: str = "Kill the head und
         {"run_id": name, "target": target, "faults": faults}), encoding="utf-8")
     if summary:
         data = {
-            "experiment": title, "slug": "kill-the-head-under-load", "run_id": name,
+            "experiment": title, "slug": slug, "run_id": name,
             "status": status, "verdict": verdict,
             "exit_code": {"pass": 0, "fail": 1, "error": 2}[verdict],
             "started_at": started_at, "ended_at": started_at + 60.0, "duration_s": 60.0, "target": target,
