@@ -17,7 +17,7 @@ from kubernetes.client import ApiClient
 
 from raychaos import cli
 from raychaos.config.gameday import load_gameday
-from raychaos.run.runner import Progress, RunOutcome
+from raychaos.run.runner import RunOutcome
 from raychaos.run.schedule import render_yaml, schedule_manifests
 from raychaos.run.series import run_gameday, run_trials, worst_exit
 
