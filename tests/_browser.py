@@ -121,3 +121,19 @@ class Chromium:
             "(() => { const h = document.querySelector('.hoverlayer');"
             "return h && h.textContent.trim().length ? h.textContent : ''; })()", timeout=10)
         return text
+
+
+def check_in_chromium(report: Path, shot: Path | None = None) -> dict[str, str]:
+    """Open ``report`` in headless Chromium: the interactive timeline is drawn, and a hover
+    over it shows values. Returns the story's text and the hover label."""
+    with Chromium(1200, 1400) as browser:
+        browser.open(report)
+        state = browser.wait_for("document.documentElement.dataset.plots || ''")
+        assert state == "ready", state
+        assert browser.evaluate("document.querySelectorAll('#timeline .main-svg').length") > 0
+        story = browser.evaluate("document.getElementById('story').innerText")
+        loads = browser.evaluate("[...document.querySelectorAll('h3.load')].map(e => e.innerText)")
+        hover = browser.hover_text("#timeline .nsewdrag", 0.5, 0.5)
+        if shot is not None:
+            browser.screenshot(shot)
+    return {"story": story, "hover": hover, "loads": ",".join(loads)}

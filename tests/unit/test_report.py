@@ -9,7 +9,7 @@ import pytest
 from _runs import DEFAULT_SLOS, make_run
 
 from raychaos.results.report import build_report, load_run
-from tests._browser import CHROMIUM, Chromium
+from tests._browser import CHROMIUM, check_in_chromium
 
 pytestmark = pytest.mark.unit
 
@@ -127,22 +127,6 @@ def test_report_on_empty_results_folder(tmp_path: Path) -> None:
 def test_report_refuses_a_missing_folder(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="not a results folder"):
         build_report(tmp_path / "nope")
-
-
-def check_in_chromium(report: Path, shot: Path | None = None) -> dict[str, str]:
-    """Open ``report`` in headless Chromium: the interactive timeline is drawn, and a hover
-    over it shows values. Returns the story's text and the hover label."""
-    with Chromium(1200, 1400) as browser:
-        browser.open(report)
-        state = browser.wait_for("document.documentElement.dataset.plots || ''")
-        assert state == "ready", state
-        assert browser.evaluate("document.querySelectorAll('#timeline .main-svg').length") > 0
-        story = browser.evaluate("document.getElementById('story').innerText")
-        loads = browser.evaluate("[...document.querySelectorAll('h3.load')].map(e => e.innerText)")
-        hover = browser.hover_text("#timeline .nsewdrag", 0.5, 0.5)
-        if shot is not None:
-            browser.screenshot(shot)
-    return {"story": story, "hover": hover, "loads": ",".join(loads)}
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")

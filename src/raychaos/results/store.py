@@ -17,6 +17,9 @@
 - ``summary.json`` — the verdict: status, exit code, windows, probes, SLOs (name, metric,
   window, value, op, threshold, verdict, evidence), faults, errors.
 - ``journal.json`` — Chaos Toolkit's journal of the run.
+- ``report.html``, ``junit.xml``, ``timeline.png``, ``openmetrics.txt`` — built from the above
+  (:mod:`raychaos.results.report`, ``junit``, ``openmetrics``); ``harness.log`` — what the
+  harness process's fd 2 received during the run (:mod:`raychaos.run.console`).
 """
 
 from __future__ import annotations

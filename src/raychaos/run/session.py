@@ -165,9 +165,9 @@ class Session:
         else:
             text = "rollbacks"
             self.switch.rolling_back()  # a stop request no longer cuts anything short
-        self.say(text, phase=True)
-        if self.run is not None:
+        if self.run is not None:  # first: the progress line then shows the new phase
             self.run.timeline.event(Ev.PHASE, name)
+        self.say(text, phase=True)
 
     def activity_started(self, activity: dict[str, Any]) -> None:
         self.say(f"  {activity.get('type')} {activity.get('name')} ...")
