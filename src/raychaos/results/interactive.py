@@ -122,22 +122,20 @@ def _finite(value: Any) -> float | None:
     return None
 
 
-def _steps(ts: list[float], vs: Sequence[float | None]
-           ) -> tuple[list[float], list[float | None]]:
-    """Keep the ends of every flat stretch: a step line looks the same, with far fewer points."""
-    keep_t, keep_v = [], []
-    for i, (t, v) in enumerate(zip(ts, vs, strict=True)):
-        if i in (0, len(vs) - 1) or v != vs[i - 1] or v != vs[i + 1]:
-            keep_t.append(round(t, 2))
-            keep_v.append(None if v is None else round(v, 3))
-    return keep_t, keep_v
+def _kept(vs: Sequence[float | None]) -> list[int]:
+    """Indices of the ends of every flat stretch: a step line looks the same with only those
+    (and the hover, which takes the nearest point, reads the same value)."""
+    return [i for i in range(len(vs))
+            if i in (0, len(vs) - 1) or vs[i] != vs[i - 1] or vs[i] != vs[i + 1]]
 
 
 def _trace(name: str, ts: list[float], vs: Sequence[float | None], axis: int, *,
            shape: str = "hv", dash: str = "solid", colour: str | None = None,
            unit: str = "", fill: str | None = None, text: list[str] | None = None
            ) -> dict[str, Any]:
-    xs, ys = (ts, list(vs)) if text else _steps(ts, vs)
+    keep = _kept(vs)
+    xs = [round(ts[i], 2) for i in keep]
+    ys = [None if vs[i] is None else round(float(vs[i] or 0.0), 3) for i in keep]
     trace: dict[str, Any] = {
         "type": "scatter", "mode": "lines", "name": name, "x": xs, "y": ys,
         "xaxis": "x", "yaxis": "y" if axis == 1 else f"y{axis}",
@@ -149,7 +147,7 @@ def _trace(name: str, ts: list[float], vs: Sequence[float | None], axis: int, *,
     if fill:
         trace["fill"] = fill
     if text is not None:
-        trace["text"] = text
+        trace["text"] = [text[i] for i in keep]
         trace["hovertemplate"] = f"%{{text}}<extra>{html.escape(name)}</extra>"
     return trace
 

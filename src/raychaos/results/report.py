@@ -186,7 +186,7 @@ def _recovery_rows(figures: dict[str, Any]) -> str:
         elif value is None:
             shown = "never (not within the timeline)"
         elif key == "gpus_back_s" and value == 0:
-            shown = "did not drop"
+            shown = "did not drop in any sample"
         else:
             shown = fmt_value(value, "s")
         rows.append(f"<tr><td>{esc(_RECOVERY_LABELS.get(key, key))}</td>"
