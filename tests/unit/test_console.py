@@ -69,12 +69,16 @@ def test_lines_say_time_phase_and_what_is_waited_for() -> None:
     assert re.search(r"^\[\s+\d+\.\ds\] method {5}method: injecting faults$", out.getvalue(),
                      re.M)
     assert re.match(r"kill-head: waiting for the head to come back \(\d+s\)$", say.waiting_for())
+    assert re.search(r"^\[\s+\d+\.\ds\] method {9}head killed; waiting for it to come back$",
+                     out.getvalue(), re.M), out.getvalue()
     status = say.status()
     assert "GCS DOWN" in status and "task_storm 0/s" in status
     _records(say, {"kind": "sample", "gcs_up": True, "nodes_alive": 3, "nodes_total": 3,
                    "t": 3.0},
              {"kind": "load", "load": "task_storm", "count": 50, "t": 2.5})
     assert "waiting for the head and its workers" in say.waiting_for()
+    assert re.search(r"method {9}the GCS answers again \(down \d+\.\ds\)$", out.getvalue(),
+                     re.M), out.getvalue()
     assert "GCS up · nodes 3/3 · task_storm 100/s" in say.status()
     _records(say, {"kind": "event", "event": "activity_end", "name": "kill-head", "t": 4.0},
              {"kind": "event", "event": "phase", "name": "rollbacks", "t": 5.0})

@@ -100,11 +100,16 @@ class Progress:
         now = self.elapsed()
         if kind == "sample":
             up = bool(record.get("gcs_up"))
+            was = self.gcs_up
             if up:
+                if was is False and self.gcs_down_since is not None:
+                    self._note(f"the GCS answers again (down {now - self.gcs_down_since:.1f}s)")
                 self.gcs_down_since = None
                 self.nodes = (record.get("nodes_alive"), record.get("nodes_total"))
             elif self.gcs_down_since is None:
                 self.gcs_down_since = now
+                if was:
+                    self._note("the GCS stopped answering")
             self.gcs_up = up
         elif kind == "load":
             name, t = str(record.get("load")), float(record.get("t") or 0.0)
@@ -128,8 +133,14 @@ class Progress:
             self.fault = name
         elif event == "head_killed":
             self.head_killed = True
+            self._note("head killed; waiting for it to come back")
         elif event in ("fault_applied", "fault_failed"):
             self.fault = None
+
+    def _note(self, text: str) -> None:
+        """A line for a moment the timeline shows (a kill, the GCS going and coming back)."""
+        if not self.quiet:
+            self._write(f"[{self.elapsed():7.1f}s] {self.phase:<10}     {text}")
 
     def waiting_for(self) -> str | None:
         """What the run is doing or waiting for right now, in words."""
