@@ -17,7 +17,8 @@ from raychaos.targets.local.gcs_probe import GcsProbe, _auth_token
 pb = pytest.importorskip("ray.core.generated.gcs_service_pb2")
 pbg = pytest.importorskip("ray.core.generated.gcs_service_pb2_grpc")
 
-SLACK_S = 0.05  # "a few ms", generous for a loaded 2-core box
+SLACK_S = 0.5  # "a few ms" on an idle box; this much on a loaded 2-core one (the bound tested
+#                is "never seconds", as the old rebuilt GcsClient was)
 
 
 def _free_port() -> int:
