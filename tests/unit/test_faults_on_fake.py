@@ -10,7 +10,7 @@ import pytest
 
 from raychaos.config.settings import RaychaosSettings
 from raychaos.context import Run, activate, deactivate
-from raychaos.errors import ConfigError, FaultFailed
+from raychaos.errors import ConfigError, NotRecovered
 from raychaos.faults.head import kill_head
 from raychaos.faults.network import saturate_network
 from raychaos.faults.rollback import undo_all
@@ -56,10 +56,15 @@ def test_kill_head_writes_the_ledger_first_and_marks_the_kill_on_the_timeline(ru
     assert undo_all()["undone"] == ["f1"]
 
 
-def test_a_head_that_never_returns_fails_the_fault(run):
-    run(outage_s=0.2, head_comes_back=False)
-    with pytest.raises(FaultFailed, match="did not come back within 1 s"):
+def test_a_head_that_never_returns_is_not_recovered_not_a_fault_that_failed(run):
+    r = run(outage_s=0.2, head_comes_back=False)
+    with pytest.raises(NotRecovered, match="did not come back within 1 s"):
         kill_head(mode="head", wait_s=1)
+    [record] = r.ledger.faults
+    assert record["state"] == "not_recovered" and record["error"] is None
+    assert r.ledger.outstanding() == [], "nothing to undo: the rollback does not wait again"
+    events = [e["event"] for e in read_timeline(r.timeline.path) if e["kind"] == "event"]
+    assert "not_recovered" in events and "fault_end" not in events
 
 
 def test_fault_arguments_are_checked_on_a_direct_call_too(run):

@@ -73,12 +73,20 @@ class Ticker:
 
 
 def verdict_table(summary: dict[str, Any]) -> str:
+    """The checks (:mod:`raychaos.results.checks`) as a table: the run, each probe, each SLO."""
+    from raychaos.results.checks import checks_of
+
+    slos = {s["name"]: s for s in summary.get("slos", [])}
     rows = [("check", "window", "value", "threshold", "verdict")]
-    for p in summary.get("probes", []):
-        rows.append((f"probe {p['name']}", "-", "-", "-", p["verdict"]))
-    for s in summary.get("slos", []):
-        value = "not measured" if s["value"] is None else f"{s['value']:g}"
-        rows.append((s["name"], s["window"], value, f"{s['op']} {s['threshold']:g}", s["verdict"]))
+    for c in checks_of(summary):
+        if c["kind"] == "slo" and c["name"] in slos:
+            s = slos[c["name"]]
+            value = "not measured" if s["value"] is None else f"{s['value']:g}"
+            rows.append((s["name"], s["window"], value, f"{s['op']} {s['threshold']:g}",
+                         c["verdict"]))
+        else:
+            label = "run" if c["kind"] == "run" else f"{c['kind']} {c['name']}"
+            rows.append((label, "-", "-", "-", c["verdict"]))
     widths = [max(len(str(r[i])) for r in rows) for i in range(5)]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -18,7 +18,7 @@ from typing import Any
 
 from raychaos.errors import RollbackFailed, TargetUnavailable
 from raychaos.results.store import write_json_atomic
-from raychaos.targets.base import NodeInfo
+from raychaos.targets.base import NodeInfo, Observation
 from raychaos.targets.local.gcs import GcsProbe
 from raychaos.targets.local.network.pods import PodNetwork
 from raychaos.targets.local.nodes import NodePlan, process_matches
@@ -152,6 +152,19 @@ class LocalCluster:
             raise TargetUnavailable(f"local cluster '{self.name}': the GCS at "
                                     f"{self.gcs_address} did not answer within {timeout:g} s "
                                     f"({answer.error})")
+        return self._node_infos(answer)
+
+    def observe(self, deadline_s: float) -> Observation:
+        """One question to the GCS for the monitor (see ``Target.observe``)."""
+        try:
+            answer = self.gcs().ask(deadline_s=deadline_s, draining=True)
+        except TargetUnavailable as exc:  # no cluster.json: nothing to ask
+            return Observation(False, error=str(exc))
+        if not answer.up:
+            return Observation(False, error=answer.error, latency_s=answer.latency_s)
+        return Observation(True, nodes=self._node_infos(answer), latency_s=answer.latency_s)
+
+    def _node_infos(self, answer: Any) -> list[NodeInfo]:
         names = {p.ip: p.name for p in self.plans()} if self.mode == "netns" else {}
         out = []
         for n in answer.nodes:
