@@ -5,13 +5,17 @@ show up. Each round, ``--partitions`` map tasks each build a ``--block-mb`` bloc
 split it into one part per reducer; each part's checksum (sum mod 2**64) travels beside it as a
 separate small object. Each reducer checks every part it receives against its checksum, then the
 driver checks the reducer's output checksum against the sum of the map-side checksums. A mismatch
-is a ``checksum_errors`` count in the stats line; a part that cannot be fetched (lost, not
-reconstructed) is a failure. Either makes the run exit 1, so data loss can never pass silently.
+is a ``checksum_errors`` count in the stats line; an output that cannot be fetched (an input part
+lost and not reconstructed, a reducer that failed) is a ``lost_outputs`` count — and a failure.
+Either makes the run exit 1, so data loss can never pass silently (the
+``blocks_lost_or_corrupted`` metric adds the two up).
 
 ``--corrupt-one`` flips one element of one part *after* its checksum was taken (round 0, map 0,
-reducer 0): the test hook that proves detection works. Stats (see ``_stats.py``): ``count`` is
+reducer 0); ``--lose-one`` frees one map output part from the object store (round 0, map 0, part
+0) before its reducer fetches it — Ray cannot reconstruct a freed object, so that output is
+really lost: the test hooks that prove detection works. Stats (see ``_stats.py``): ``count`` is
 reducer outputs verified per second, latency is round start to verified output, plus ``bytes``,
-``rounds`` and ``checksum_errors``. Run as a Ray job or by hand::
+``rounds``, ``checksum_errors`` and ``lost_outputs``. Run as a Ray job or by hand::
 
     python shuffle.py --duration 30 --partitions 4 --block-mb 2
 """
@@ -73,7 +77,13 @@ def run_round(round_no: int, args, stats: SecondStats) -> tuple[int, int]:
     except Exception:  # a map whose checksums are lost: every reducer of the round fails
         for _ in range(p):
             stats.fail()
+        stats.add("lost_outputs", p)
         return 0, p
+    if args.lose_one and round_no == 0:
+        ray.wait([maps[0][0]], timeout=args.timeout)  # it exists; now it is gone
+        from ray._private.internal_api import free
+
+        free([maps[0][0]])
     reducers = [
         reduce_parts.options(num_cpus=args.task_cpus).remote(
             r, [sums[m][r] for m in range(p)], *[maps[m][r] for m in range(p)]
@@ -86,6 +96,7 @@ def run_round(round_no: int, args, stats: SecondStats) -> tuple[int, int]:
             bad, out_sum, nbytes = ray.get(ref, timeout=args.timeout)
         except Exception:
             stats.fail()
+            stats.add("lost_outputs", 1)
             failures += 1
             continue
         want = sum(sums[m][r] for m in range(p)) & MASK
@@ -116,12 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task-cpus", type=float, default=0.25, help="num_cpus per task")
     parser.add_argument("--timeout", type=float, default=60.0, help="a slower get is a failure")
     parser.add_argument("--corrupt-one", action="store_true", help="test hook: corrupt one part")
+    parser.add_argument("--lose-one", action="store_true", help="test hook: lose one part")
     parser.add_argument("--name", default="shuffle", help="load name in the stats lines")
     args = parser.parse_args(argv)
 
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False)
-    stats = SecondStats(args.name, extra={"checksum_errors": 0})
+    stats = SecondStats(args.name, extra={"checksum_errors": 0, "lost_outputs": 0})
     start = time.monotonic()
     errors = failures = rounds = 0
     while time.monotonic() - start < args.duration and (args.rounds <= 0 or rounds < args.rounds):

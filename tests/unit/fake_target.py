@@ -48,13 +48,14 @@ class FakeTarget:
     def __init__(self, outage_s: float = 1.0, head_comes_back: bool = True,
                  lose_workers: bool = False, job_rate: int = 50, job_failures: int = 0,
                  workers: int = 2, reregister: bool = True, reregister_s: float = 0.1,
-                 observe_delay_s: float = 0.0) -> None:
+                 observe_delay_s: float = 0.0, zombie_jobs: bool = False) -> None:
         self.run_id = ""
         self.outage_s = outage_s
         self.head_comes_back = head_comes_back
         self.lose_workers = lose_workers
         self.reregister, self.reregister_s = reregister, reregister_s
         self.observe_delay_s = observe_delay_s  # an observe that blocks this long
+        self.zombie_jobs = zombie_jobs  # after a kill: drivers dead, jobs still read RUNNING
         self.back_at: float | None = None  # monotonic: when the GCS last came back
         self.job_rate, self.job_failures = job_rate, job_failures
         self.calls: list[tuple[str, Any]] = []
@@ -186,6 +187,8 @@ class FakeTarget:
             return list(out)
         now = time.time()
         out = []
+        if self.zombie_jobs and self.head_pid > 1000:  # the driver died with the head
+            return []
         while job["last"] + 1 <= now and not job.get("stopped"):
             job["last"] += 1
             up = self._up() and job_id not in self.lost

@@ -42,7 +42,8 @@ def slo_message(slo: dict[str, Any]) -> str:
         value, (int, float)) else str(value)
     text = (f"{slo.get('name')}: {slo.get('metric')} {where} measured {shown}, "
             f"required {slo.get('op')} {slo.get('threshold')}")
-    evidence = slo.get("evidence") if isinstance(slo.get("evidence"), dict) else {}
+    raw = slo.get("evidence")
+    evidence: dict[str, Any] = raw if isinstance(raw, dict) else {}
     note = evidence.get("note") or evidence.get("reason")
     return f"{text} ({note})" if value is None and note else text
 
