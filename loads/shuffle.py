@@ -11,11 +11,12 @@ Either makes the run exit 1, so data loss can never pass silently (the
 ``blocks_lost_or_corrupted`` metric adds the two up).
 
 ``--corrupt-one`` flips one element of one part *after* its checksum was taken (round 0, map 0,
-reducer 0); ``--lose-one`` frees one map output part from the object store (round 0, map 0, part
-0) before its reducer fetches it — Ray cannot reconstruct a freed object, so that output is
-really lost: the test hooks that prove detection works. Stats (see ``_stats.py``): ``count`` is
-reducer outputs verified per second, latency is round start to verified output, plus ``bytes``,
-``rounds``, ``checksum_errors`` and ``lost_outputs``. Run as a Ray job or by hand::
+reducer 0); ``--lose-one`` makes one map task (round 0, map 0) crash its worker process, with no
+retry — what a node loss does to a task whose outputs lived there — so every output of that
+round is really lost (``WorkerCrashedError`` on fetch): the test hooks that prove detection
+works. Stats (see ``_stats.py``): ``count`` is reducer outputs verified per second, latency is
+round start to verified output, plus ``bytes``, ``rounds``, ``checksum_errors`` and
+``lost_outputs``. Run as a Ray job or by hand::
 
     python shuffle.py --duration 30 --partitions 4 --block-mb 2
 """
@@ -43,7 +44,10 @@ def checksum(arr: np.ndarray) -> int:
 
 
 @ray.remote(max_retries=3)
-def map_block(round_no: int, map_no: int, partitions: int, elements: int, corrupt: bool):
+def map_block(round_no: int, map_no: int, partitions: int, elements: int, corrupt: bool,
+              crash: bool = False):
+    if crash:
+        os._exit(1)  # the worker process dies with the task: its outputs are lost
     rng = np.random.default_rng([round_no, map_no])
     block = rng.integers(0, 1 << 62, size=elements, dtype=np.uint64)
     parts = [np.ascontiguousarray(p) for p in np.array_split(block, partitions)]
@@ -66,9 +70,12 @@ def run_round(round_no: int, args, stats: SecondStats) -> tuple[int, int]:
     p = args.partitions
     elements = max(p, int(args.block_mb * 1024 * 1024 / 8))
     t0 = time.monotonic()
+    lose = args.lose_one and round_no == 0
     maps = [
-        map_block.options(num_returns=p + 1, num_cpus=args.task_cpus).remote(
-            round_no, m, p, elements, args.corrupt_one and round_no == 0 and m == 0
+        map_block.options(num_returns=p + 1, num_cpus=args.task_cpus,
+                          max_retries=0 if lose and m == 0 else 3).remote(
+            round_no, m, p, elements, args.corrupt_one and round_no == 0 and m == 0,
+            lose and m == 0,
         )
         for m in range(p)
     ]
@@ -79,11 +86,6 @@ def run_round(round_no: int, args, stats: SecondStats) -> tuple[int, int]:
             stats.fail()
         stats.add("lost_outputs", p)
         return 0, p
-    if args.lose_one and round_no == 0:
-        ray.wait([maps[0][0]], timeout=args.timeout)  # it exists; now it is gone
-        from ray._private.internal_api import free
-
-        free([maps[0][0]])
     reducers = [
         reduce_parts.options(num_cpus=args.task_cpus).remote(
             r, [sums[m][r] for m in range(p)], *[maps[m][r] for m in range(p)]
@@ -127,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task-cpus", type=float, default=0.25, help="num_cpus per task")
     parser.add_argument("--timeout", type=float, default=60.0, help="a slower get is a failure")
     parser.add_argument("--corrupt-one", action="store_true", help="test hook: corrupt one part")
-    parser.add_argument("--lose-one", action="store_true", help="test hook: lose one part")
+    parser.add_argument("--lose-one", action="store_true",
+                        help="test hook: one map task crashes, its outputs are lost")
     parser.add_argument("--name", default="shuffle", help="load name in the stats lines")
     args = parser.parse_args(argv)
 

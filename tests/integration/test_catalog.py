@@ -130,7 +130,13 @@ def test_retries_off_under_a_node_loss_and_a_lost_shuffle_output_fail_their_slos
 
 def test_a_head_that_is_never_restarted_fails_the_run_and_does_not_error(cluster, tmp_path,
                                                                          monkeypatch):
-    """Last in the module: the head stays down until the supervisor is told to restart it."""
+    """The supervisor (KubeRay's part) does not restart the head within kill_head's bound; once
+    the run has said so, it is allowed to again, so the rollback finds a healthy cluster."""
+    import threading
+    import time
+
+    from raychaos.results.store import read_timeline
+
     monkeypatch.chdir(REPO)
     target, _ = cluster
 
@@ -143,11 +149,22 @@ def test_a_head_that_is_never_restarted_fails_the_run_and_does_not_error(cluster
         method_args(data, "sentinel_preserved").update(timeout_s=5)
         method_args(data, "job_survival").update(timeout_s=5)
 
-    desired = target.cluster.desired()
-    target.cluster.write({**desired, "head_restart_delay_s": 600})  # KubeRay never restarts it
+    def restore_when_said(stop: threading.Event) -> None:
+        while not stop.wait(0.5):
+            for tl in (tmp_path / "results").glob("*/timeline.jsonl"):
+                if any(r.get("event") == "not_recovered" for r in read_timeline(tl)):
+                    target.cluster.write({**target.cluster.desired(), "head_restart_delay_s": 1})
+                    return
+
+    target.cluster.write({**target.cluster.desired(), "head_restart_delay_s": 600})
+    stop = threading.Event()
+    watcher = threading.Thread(target=restore_when_said, args=(stop,), daemon=True)
+    watcher.start()
     try:
         code, summary = _run("head-kill", cluster, tmp_path, change=never)
     finally:
+        stop.set()
+        watcher.join(timeout=5)
         target.cluster.write({**target.cluster.desired(), "head_restart_delay_s": 1})
     run_check = next(c for c in summary["checks"] if c["name"] == "run")
     assert code == 1 and summary["verdict"] == "fail", json.dumps(summary["checks"], indent=1)
@@ -155,4 +172,8 @@ def test_a_head_that_is_never_restarted_fails_the_run_and_does_not_error(cluster
     assert summary["errors"] == [], "what the dead head hid is part of the failure"
     assert _verdicts(summary)["gcs-recovers-fast"] == "fail"
     [fault] = summary["faults"]
-    assert fault["state"] == "not_recovered" and fault["evidence"]["landed"]
+    assert fault["not_recovered"] and fault["evidence"]["landed"]
+    assert fault["state"] == "undone", "the rollback waited for the head to come back"
+    deadline = time.monotonic() + 60
+    while not target.gcs_alive(1.0) and time.monotonic() < deadline:
+        time.sleep(1)

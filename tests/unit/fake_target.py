@@ -48,7 +48,8 @@ class FakeTarget:
     def __init__(self, outage_s: float = 1.0, head_comes_back: bool = True,
                  lose_workers: bool = False, job_rate: int = 50, job_failures: int = 0,
                  workers: int = 2, reregister: bool = True, reregister_s: float = 0.1,
-                 observe_delay_s: float = 0.0, zombie_jobs: bool = False) -> None:
+                 observe_delay_s: float = 0.0, zombie_jobs: bool = False,
+                 undo_wait_s: float = 10.0) -> None:
         self.run_id = ""
         self.outage_s = outage_s
         self.head_comes_back = head_comes_back
@@ -56,6 +57,7 @@ class FakeTarget:
         self.reregister, self.reregister_s = reregister, reregister_s
         self.observe_delay_s = observe_delay_s  # an observe that blocks this long
         self.zombie_jobs = zombie_jobs  # after a kill: drivers dead, jobs still read RUNNING
+        self.undo_wait_s = undo_wait_s  # how long the undo of a head kill waits for the head
         self.back_at: float | None = None  # monotonic: when the GCS last came back
         self.job_rate, self.job_failures = job_rate, job_failures
         self.calls: list[tuple[str, Any]] = []
@@ -248,7 +250,7 @@ class FakeTarget:
         kind = (record.get("undo") or {}).get("kind")
         self.calls.append(("undo", kind))
         if kind == "ensure_head":
-            back = self.wait_head_back({"pid": record["undo"]["old_pid"]}, 10)
+            back = self.wait_head_back({"pid": record["undo"]["old_pid"]}, self.undo_wait_s)
             if not back["back"]:
                 from raychaos.errors import NotRecovered
 

@@ -57,14 +57,18 @@ def test_kill_head_writes_the_ledger_first_and_marks_the_kill_on_the_timeline(ru
 
 
 def test_a_head_that_never_returns_is_not_recovered_not_a_fault_that_failed(run):
-    r = run(outage_s=0.2, head_comes_back=False)
+    r = run(outage_s=0.2, head_comes_back=False, undo_wait_s=0.3)
     with pytest.raises(NotRecovered, match="did not come back within 1 s"):
         kill_head(mode="head", wait_s=1)
     [record] = r.ledger.faults
-    assert record["state"] == "not_recovered" and record["error"] is None
-    assert r.ledger.outstanding() == [], "nothing to undo: the rollback does not wait again"
+    assert record["state"] == "applied" and record["error"] is None
+    assert "did not come back" in record["not_recovered"]
     events = [e["event"] for e in read_timeline(r.timeline.path) if e["kind"] == "event"]
     assert "not_recovered" in events and "fault_end" not in events
+    # the rollback still waits for the head; one that never comes is not a rollback failure
+    result = undo_all()
+    assert result == {"undone": [], "not_recovered": ["f1"]}
+    assert record["state"] == "not_recovered" and r.ledger.outstanding() == []
 
 
 def test_fault_arguments_are_checked_on_a_direct_call_too(run):

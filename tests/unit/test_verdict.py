@@ -140,7 +140,7 @@ def test_deviated_after_the_method_fails(tmp_path):
 def test_a_system_that_did_not_recover_fails_and_what_it_hid_is_a_failure_too(tmp_path):
     run = _run(tmp_path)
     record = run.ledger.begin("kill_head", {"mode": "head"})
-    run.ledger.update(record, state="not_recovered",
+    run.ledger.update(record, state="undone",  # it came back later, in the rollback
                       not_recovered="NotRecovered: kill_head: the head did not come back "
                                     "within 10 s")
     run.record_probe("job_survival", "unknown", {"unobserved": ["task_storm"]})

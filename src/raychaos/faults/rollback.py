@@ -2,9 +2,9 @@
 
 A failed undo is reported, never swallowed: the others still run, and the error names what is
 still applied. An undo that finds the system did not recover (a head kill whose head never came
-back: there is nothing to undo, only to wait for) marks its record ``not_recovered`` — a failure
-of the system the verdict reports, not a rollback error. The same function serves ``raychaos
-rollback RESULTS_DIR`` after a crash.
+back within the undo's own bound: there is nothing to undo, only to wait for) marks its record
+``not_recovered`` — a failure of the system the verdict reports, not a rollback error. The same
+function serves ``raychaos rollback RESULTS_DIR`` after a crash.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ class _Reasons:
 
 def _ledger(reasons: _Reasons, faults: list[dict[str, Any]]) -> None:
     for f in faults:
-        if f.get("state") == "not_recovered":
+        if f.get("not_recovered"):
             reasons.add(reasons.stopped, f"fault {f['id']} {f['fault']}: the system did not "
                                          f"recover: {f.get('not_recovered')}")
         elif f.get("error"):
@@ -72,7 +72,7 @@ def _journal(reasons: _Reasons, found: JournalFindings, faults: list[dict[str, A
     """Run-level reasons from the journal; returns what each judged probe raised."""
     by_probe: dict[str, list[str]] = {}
     failed_faults = {str(f.get("fault")) for f in faults
-                     if f.get("error") or f.get("state") == "not_recovered"}
+                     if f.get("error") or f.get("not_recovered")}
     for r in found.raised:
         if r.section == "method" and r.kind == "probe" and r.raychaos and r.func in judged:
             by_probe.setdefault(r.func, []).append(r.sentence())
