@@ -4,9 +4,11 @@ The GCS sampler **never blocks**: a scheduler thread keeps a fixed beat of ``int
 writes one ``sample`` record per beat, answered or not. Each beat it hands one question
 (:meth:`~raychaos.targets.base.Target.observe`, with a deadline of ``DEADLINE_SHARE`` × the
 interval) to an asker thread and waits for it until the deadline; a question not answered by
-then is written as down (``gcs_up: false``, ``unanswered: true``) *on time*, and while an asker is
-still stuck on an earlier question every beat is written that way too (the stuck question's late
-answer is dropped). So the timeline has a sample every interval during an outage as well, and
+then is written as not answering (``gcs_up: false``, ``gcs_late: true``) *on time*, and while an
+asker is still stuck on an earlier question every beat is written that way too (the stuck
+question's late answer is dropped). A *late* sample (no answer, but no refusal either: a busy GCS)
+is told apart from a GCS that refuses (its process is gone); :mod:`raychaos.observe.recovery`
+reads them differently. So the timeline has a sample every interval during an outage as well, and
 outage start and end are known to ± one interval. Samples carry ``t`` = the moment the question
 was asked, ``gcs_up``, ``latency_ms``, and when the GCS answered ``nodes_alive``,
 ``nodes_total``, ``nodes_draining``, ``gpus_total``, ``alive_ids`` (workers, 12 hex digits),
@@ -148,6 +150,8 @@ class Monitor:
                                   **self.resources}
         if not obs.up:
             record["gcs_error"] = obs.error
+            if obs.late:
+                record["gcs_late"] = True
         elif obs.nodes is None:
             record["nodes_unknown"] = True
         else:
@@ -173,14 +177,14 @@ class Monitor:
         if asker.busy:  # still stuck on an earlier question: down, on time
             self.unanswered += 1
             return self.record(Observation(False, error="no answer: an earlier question is "
-                                                        "still unanswered"), t)
+                                                        "still unanswered", late=True), t)
         answer = asker.ask(self.deadline_s)
         try:
             obs = answer.get(timeout=self.deadline_s + 0.02)
         except queue.Empty:
             self.unanswered += 1
             obs = Observation(False, error=f"no answer within {self.deadline_s:g} s",
-                              latency_s=self.deadline_s)
+                              latency_s=self.deadline_s, late=True)
         return self.record(obs, t)
 
     def _sample_loop(self) -> None:

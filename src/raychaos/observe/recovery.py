@@ -5,13 +5,14 @@ Every figure is measured from the moment the head (or its GCS) was killed — th
 ``head_killed`` event, whose detail also names the workers alive before the kill — or, for a
 run without a kill, from the first ``fault_start``:
 
-- ``gcs_down_s``: seconds the monitor saw the GCS down (sum of sampling intervals);
+- ``gcs_down_s``: seconds the monitor saw the GCS down (sum of sampling intervals; a busy
+  GCS's late answers are not down, see ``_samples``);
 - ``gcs_first_answer_s``: the first sample with the GCS answering after it went down;
 - ``gcs_recovery_s``: the start of the first stretch of at least ``stable_s`` seconds in which
   every sample found the GCS answering — a GCS that answers once and crash-loops has not
   recovered, and a stretch cut short by the end of the timeline does not count either;
-- ``gcs_flaps``: up→down transitions after the first answer (a single unanswered sample
-  between two answered ones is a slow answer, not a flap); ``gcs_flaps_after_recovery``:
+- ``gcs_flaps``: up→down transitions after the first answer (a late answer from a busy GCS
+  is not a flap: see ``_samples``); ``gcs_flaps_after_recovery``:
   those after ``gcs_recovery_s`` (a GCS that went away again after it had recovered);
 - ``nodes_recovery_s``: the first sample, once the GCS has recovered, in which every worker
   alive before the kill is ALIVE again with the same node ID **and has re-registered**: its
@@ -39,6 +40,7 @@ from raychaos.results.store import Ev
 __all__ = ["FIGURES", "STABLE_S", "kill_moment", "recovery_figures"]
 
 STABLE_S = 5.0
+LATE_IS_DOWN_S = 2.0  # a GCS that has answered nothing for this long is down, refusal or not
 #: The numeric figures (seconds, counts), for comparisons and distributions.
 FIGURES = ("gcs_down_s", "gcs_first_answer_s", "gcs_recovery_s", "gcs_flaps",
            "gcs_flaps_after_recovery", "nodes_recovery_s", "gpus_back_s")
@@ -63,15 +65,38 @@ def _kill(records: list[dict[str, Any]]) -> tuple[float | None, set[str] | None,
 
 
 def _samples(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The samples in time order, each with ``_up``: the GCS answered — where one unanswered
-    sample between two answered ones counts as a slow answer, not an outage (a GCS process
-    that is gone misses many beats in a row; one on 2 loaded cores may miss a deadline)."""
+    """The samples in time order, each with ``_up``: is the GCS there.
+
+    An answer is up; a refusal (or any error other than a missed deadline) is down. A *late*
+    sample (``gcs_late``: no answer within the deadline, no refusal either) takes the state
+    before it — late after a refusal is a GCS still starting, late after an answer is a busy
+    one (2 loaded cores make a healthy GCS miss a 160 ms deadline now and then) — unless the
+    GCS has answered nothing for ``LATE_IS_DOWN_S``: then it is down from the first late
+    sample on. A single unanswered sample between two answers is a slow answer too."""
     out = sorted((dict(r) for r in records if r.get("kind") == "sample"
                   and isinstance(r.get("t"), (int, float))), key=lambda r: r["t"])
-    for i, r in enumerate(out):
-        r["_up"] = bool(r.get("gcs_up")) or (
-            0 < i < len(out) - 1 and bool(out[i - 1].get("gcs_up"))
-            and bool(out[i + 1].get("gcs_up")))
+    state, i = True, 0
+    while i < len(out):
+        r = out[i]
+        if r.get("gcs_up"):
+            state = True
+            r["_up"] = True
+        elif not r.get("gcs_late"):
+            r["_up"] = (0 < i < len(out) - 1 and bool(out[i - 1].get("gcs_up"))
+                        and bool(out[i + 1].get("gcs_up")))
+            state = r["_up"]
+        else:  # a run of late samples: the state before it, unless it lasts too long
+            j = i
+            while j < len(out) and out[j].get("gcs_late") and not out[j].get("gcs_up"):
+                j += 1
+            end = out[j]["t"] if j < len(out) else out[j - 1]["t"]
+            keep = state and end - r["t"] < LATE_IS_DOWN_S
+            for k in range(i, j):
+                out[k]["_up"] = keep
+            state = keep
+            i = j
+            continue
+        i += 1
     return out
 
 
@@ -119,7 +144,7 @@ def recovery_figures(records: list[dict[str, Any]], stable_s: float = STABLE_S
         return out
     after = [s for s in samples if s["t"] >= t0]
     down = sum(b["t"] - a["t"] for a, b in zip(after, after[1:], strict=False)
-               if not a.get("gcs_up"))
+               if not a["_up"])
     out["gcs_down_s"] = round(down, 3)
     first_down = next((i for i, s in enumerate(after) if not s["_up"]), None)
     if first_down is None:  # the GCS never went down: it was back at once

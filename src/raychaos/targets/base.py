@@ -55,7 +55,9 @@ class Observation:
     the *current* GCS incarnation (after a GCS restart, a restored node table lists the old
     workers ALIVE at once; only a raylet's own report to the new GCS shows it is back). None
     when the target cannot tell. ``incarnation`` numbers the GCS incarnations the target has
-    seen (None: not numbered)."""
+    seen (None: not numbered). ``late`` means the GCS did not answer within the deadline but
+    did not refuse either (a busy GCS, or one still starting) — not the same as a GCS process
+    that is gone (connection refused)."""
 
     up: bool
     nodes: list[NodeInfo] | None = None  # None: not known (the GCS did not answer)
@@ -63,6 +65,7 @@ class Observation:
     latency_s: float = 0.0
     reported: frozenset[str] | None = None
     incarnation: int | None = None
+    late: bool = False
 
 
 class RunLock(Protocol):

@@ -161,7 +161,8 @@ class LocalCluster:
         except TargetUnavailable as exc:  # no cluster.json: nothing to ask
             return Observation(False, error=str(exc))
         if not answer.up:
-            return Observation(False, error=answer.error, latency_s=answer.latency_s)
+            late = "deadline" in (answer.error or "").lower().replace("_", " ")
+            return Observation(False, error=answer.error, latency_s=answer.latency_s, late=late)
         return Observation(True, nodes=self._node_infos(answer), latency_s=answer.latency_s)
 
     def _node_infos(self, answer: Any) -> list[NodeInfo]:
