@@ -53,11 +53,19 @@ def child(interval: float, seconds: float, root: str, out: str, idle: bool) -> N
     cpu, wall = _cpu() - cpu0, time.monotonic() - t0
     timeline.close()
     records = read_timeline(path)
+    samples = [r for r in records if r.get("kind") == "sample"]
+    down = next((r["t"] for r in samples if not r["gcs_up"] and not r.get("gcs_late")), None)
+    back = next((r["t"] for r in samples if down is not None and r["t"] > down
+                 and r["gcs_up"]), None)
+    outage = sample_gaps(records, down, back) if down is not None and back else {}
     Path(out).write_text(json.dumps({
         "interval_s": interval, "idle": idle, "wall_s": round(wall, 2), "cpu_s": round(cpu, 3),
         "core_share": round(cpu / wall, 4), "monitor_thread_cpu_s": round(monitor.cpu_seconds, 3),
         "samples": sum(1 for r in records if r.get("kind") == "sample"),
-        "unanswered": monitor.unanswered, **sample_gaps(records)}))
+        "unanswered": monitor.unanswered, **sample_gaps(records),
+        "outage_s": round(back - down, 2) if down is not None and back else None,
+        "outage_max_gap_s": outage.get("max_gap_s"),
+        "outage_samples_per_s": outage.get("samples_per_s")}))
 
 
 def _run_child(interval: float, seconds: float, root: str, idle: bool = False,
@@ -106,7 +114,7 @@ def main() -> None:
                       f"in {r['wall_s']:.0f} s, largest gap {r['max_gap_s']} s")
             for interval in (0.2, 0.1):
                 r = _run_child(interval, 40.0, root, kill_after=5.0, target=target)
-                print(f"head outage, monitor every {interval * 1000:.0f} ms: "
+                print(f"head outage ({r['outage_s']} s), monitor every {interval * 1000:.0f} ms: "
                       f"{r['outage_samples_per_s']} samples/s written during the outage "
                       f"(expected {1 / interval:.0f}), largest gap {r['outage_max_gap_s']} s, "
                       f"{r['unanswered']} unanswered")

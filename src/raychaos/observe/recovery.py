@@ -25,7 +25,9 @@ run without a kill, from the first ``fault_start``:
   workers before the kill, ``workers_before_unknown`` is set and the figure is None: not
   observed, never a vacuous pass. For a run without a kill, it is the first sample with as
   many nodes alive as before the fault;
-- ``gpus_back_s``: until the GPU total is back at its pre-fault level (0 when it never dropped).
+- ``gpus_back_s``: until the GPU total is back at its pre-fault level (0 when it never dropped);
+- ``outage_max_gap_s`` / ``outage_samples_per_s``: how densely the monitor sampled the outage
+  (first down sample to first answer) — the resolution of the figures above.
 
 ``None`` means "did not happen within the timeline". The resolution of every figure is the
 monitor's sampling interval (the monitor writes a sample every interval, answered or not).
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from raychaos.observe.monitor import sample_gaps
 from raychaos.results.store import Ev
 
 __all__ = ["FIGURES", "STABLE_S", "kill_moment", "recovery_figures"]
@@ -139,7 +142,8 @@ def recovery_figures(records: list[dict[str, Any]], stable_s: float = STABLE_S
                            "gcs_recovery_s": None, "gcs_flaps": 0,
                            "gcs_flaps_after_recovery": 0, "nodes_recovery_s": None,
                            "gpus_back_s": None, "reregistration": None,
-                           "reregistered_s": {}, "workers_before_unknown": False}
+                           "reregistered_s": {}, "workers_before_unknown": False,
+                           "outage_max_gap_s": None, "outage_samples_per_s": None}
     if t0 is None or not samples:
         return out
     after = [s for s in samples if s["t"] >= t0]
@@ -158,6 +162,9 @@ def recovery_figures(records: list[dict[str, Any]], stable_s: float = STABLE_S
         out["gcs_recovery_s"] = None if recovered_at is None else round(recovered_at - t0, 3)
         if first is not None:
             out["gcs_flaps"] = _flaps([s for s in rest if s["t"] >= first])
+        gaps = sample_gaps(rest, rest[0]["t"], first if first is not None else rest[-1]["t"])
+        out["outage_max_gap_s"], out["outage_samples_per_s"] = (gaps["max_gap_s"],
+                                                               gaps["samples_per_s"])
         if recovered_at is not None:
             out["gcs_flaps_after_recovery"] = _flaps([s for s in rest if s["t"] >= recovered_at])
     if head_kill:
