@@ -111,3 +111,23 @@ def test_junit_carries_every_figure_as_a_property(tmp_path):
     assert props["load.storm.recovery.time_back_s"] == "5.0"
     assert props["load.storm.baseline.dip"] == "null"
     assert sum(1 for k in props if k.startswith("load.storm.")) == 4 * len(STATS)
+
+
+def test_a_load_writes_a_zero_line_for_every_second_of_a_long_stall(monkeypatch):
+    import io
+    import types
+
+    from raychaos.catalog import stats_format
+
+    mod = stats_format()
+    now = [1_000_000.2]
+    monkeypatch.setattr(mod, "time", types.SimpleNamespace(time=lambda: now[0]))
+    out = io.StringIO()
+    stats = mod.SecondStats("storm", out=out)
+    stats.ok(0.002)
+    now[0] += 90.0  # a 90 s stall: nothing completes, nothing ticks
+    stats.tick()
+    lines = [mod.parse_line(x) for x in out.getvalue().splitlines()]
+    assert len(lines) == 90 and lines[0]["count"] == 1
+    assert all(x["count"] == 0 for x in lines[1:]), "one zero line per stalled second"
+    assert [x["ts"] for x in lines] == [1_000_001.0 + i for i in range(90)]
