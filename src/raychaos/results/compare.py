@@ -25,8 +25,8 @@ from raychaos.catalog import stats_format
 from raychaos.observe.recovery import FIGURES, recovery_figures
 from raychaos.results.store import load_run
 
-__all__ = ["compare_runs", "format_comparison", "format_trials", "recovery_figures",
-           "summarize_trials"]
+__all__ = ["compare_runs", "format_comparison", "format_trials", "judge_change",
+           "recovery_figures", "summarize_trials"]
 
 def _worse_by(op: str, a: float, b: float, threshold: float | None) -> float:
     """How much worse B is than A, relative to A (positive = worse)."""
@@ -59,6 +59,14 @@ def _row(name: str, a: Any, b: Any, op: str, threshold: float | None, tolerance:
     return {"name": name, "a": a, "b": b, "op": op, "threshold": threshold,
             "a_verdict": a_verdict, "b_verdict": b_verdict, "worse_by": change,
             "regression": bool(reasons), "reason": "; ".join(reasons)}
+
+
+def judge_change(name: str, a: Any, b: Any, op: str, threshold: float | None,
+                 tolerance: float, a_verdict: Any = None, b_verdict: Any = None
+                 ) -> dict[str, Any]:
+    """One figure of run B against reference run A, by the rule of the module docstring
+    (``history`` marks regressions with it too)."""
+    return _row(name, a, b, op, threshold, tolerance, a_verdict, b_verdict)
 
 
 def compare_runs(run_a: str | Path, run_b: str | Path, tolerance: float = 0.2) -> dict[str, Any]:

@@ -20,6 +20,9 @@
   (``loads``), the checks (``checks``: one per SLO and probe, plus ``run``), faults, the
   reasons of a failure (``failures``) and of an error (``errors``).
 - ``journal.json`` — Chaos Toolkit's journal of the run.
+- ``report.html``, ``junit.xml``, ``timeline.png``, ``openmetrics.txt`` — built from the above
+  (:mod:`raychaos.results.report`, ``junit``, ``openmetrics``); ``harness.log`` — what the
+  harness process's fd 2 received during the run (:mod:`raychaos.run.console`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -141,6 +145,12 @@ class Timeline:
         self.clock = clock
         self._lock = threading.Lock()
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
+
+    def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``listener(record)`` after every record written (progress, exporters); it must
+        be quick, and what it raises is ignored: observers never break the timeline."""
+        self._listeners.append(listener)
 
     def write(self, kind: str, t: float | None = None, **fields: Any) -> dict[str, Any]:
         t = self.clock.t() if t is None else t
@@ -150,6 +160,11 @@ class Timeline:
             if not self._fh.closed:
                 self._fh.write(line + "\n")
                 self._fh.flush()
+        for listener in self._listeners:
+            try:
+                listener(record)
+            except Exception:  # noqa: BLE001, S110 - an observer must not break the run
+                pass
         return record
 
     def event(self, event: str, name: str = "", **detail: Any) -> dict[str, Any]:
