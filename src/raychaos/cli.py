@@ -1,6 +1,7 @@
 """The ``raychaos`` command line.
 
     raychaos run EXPERIMENT [--slo FILE] [--trials N] [--dry-run] [--down] [--quiet]
+    raychaos calibrate EXPERIMENT --trials N [--margin F] [--slo FILE] [--results DIR]
     raychaos gameday PLAN [--results DIR] [--quiet]
     raychaos schedule PLAN --cron "0 3 * * 1" [--namespace N] [--image I] [-o FILE]
     raychaos validate EXPERIMENT...
@@ -11,7 +12,8 @@
     raychaos history RESULTS_ROOT [--tolerance F] [-o FILE]
     raychaos list
 
-Exit codes: 0 every SLO met, 1 an SLO/probe/hypothesis failed, 2 error or interruption.
+Exit codes: 0 every check passed; 1 an SLO, probe or the hypothesis failed, or the system did
+not recover within its bound; 2 the harness errored or could not observe, or was interrupted.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Chaos and load testing for Ray clusters: inject head/GCS kills, drains, "
                     "slow registries and saturated networks under load, and judge the run "
                     "against SLOs.",
-        epilog="exit codes: 0 all SLOs met · 1 an SLO, probe or the hypothesis failed · "
-               "2 the run errored or was interrupted")
+        epilog="exit codes: 0 every check passed · 1 an SLO, probe or the hypothesis failed, "
+               "or the system did not recover · 2 the harness errored or could not observe, "
+               "or the run was interrupted")
     p.add_argument("--version", action="version", version=f"raychaos {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -66,6 +69,22 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--namespace", help="namespace of the RayCluster")
     k.add_argument("--cluster", help="RayCluster name")
     k.add_argument("--dashboard-url", help="Ray dashboard URL (e.g. a port-forward)")
+
+    cal = sub.add_parser("calibrate", help="run an experiment N times on a known-good cluster "
+                                           "and propose SLO thresholds from what it measured",
+                         description="Run EXPERIMENT --trials times (into one folder, as run "
+                                     "--trials) and propose a threshold for every SLO of its "
+                                     "profile from the observed values: max x (1 + margin) + "
+                                     "one unit step where lower is better, min x (1 - margin) "
+                                     "where higher is; invariants keep their exact bound. "
+                                     "Writes calibration.json and slo-proposed.yaml.")
+    cal.add_argument("experiment", help="experiment file (Chaos Toolkit YAML)")
+    cal.add_argument("--trials", type=_positive_int, required=True, metavar="N")
+    cal.add_argument("--margin", type=float, default=0.5,
+                     help="relative margin over the observed extreme (default: 0.5)")
+    cal.add_argument("--slo", help="SLO profile to calibrate (default: the experiment's)")
+    cal.add_argument("--results", default="results", help="results root (default: results/)")
+    cal.add_argument("--state-root", help=argparse.SUPPRESS)
 
     g = sub.add_parser("gameday", help="run a game-day plan: its experiments in order, with "
                                        "cooldowns, and one index.html",
@@ -183,6 +202,14 @@ def _run(args: argparse.Namespace) -> int:
                                state_root=args.state_root, keep_cluster=not args.down,
                                quiet=args.quiet, dry_run=args.dry_run, target=target,
                                publish=publish)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from raychaos.run.calibrate import calibrate
+
+    code, _folder = calibrate(args.experiment, args.trials, margin=args.margin, slo=args.slo,
+                              results_root=args.results, state_root=args.state_root)
+    return code
 
 
 def _gameday(args: argparse.Namespace) -> int:
@@ -313,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "calibrate":
+            return _calibrate(args)
         if args.command == "gameday":
             return _gameday(args)
         if args.command == "schedule":

@@ -1,7 +1,10 @@
 """The head-kill experiment end to end on a real local Ray cluster, both kill modes.
 
 One cluster for the module (Ray nodes are slow to start on 2 cores); it is torn down even when a
-test fails, and the teardown proves nothing is left behind.
+test fails, and the teardown proves nothing is left behind. During each run an independent
+observer (``_gcs_observer.py``: its own process, a fresh gRPC channel every 50 ms) polls the GCS:
+the harness's first answer after the kill must agree with it within 0.3 s, and the monitor's
+timeline must have no gap longer than twice the sampling interval during the outage.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -51,8 +55,15 @@ def test_head_kill_experiment(cluster, tmp_path, monkeypatch, mode):
 
     exp = variant("experiments/head-kill.yaml", tmp_path / "exp.yaml", edit)
     before = target.head_identity()
-    code = run_experiment_file(exp, results_root=str(tmp_path / "results"), state_root=str(root),
-                               quiet=True)
+    seen = tmp_path / "observer.jsonl"
+    observer = subprocess.Popen([sys.executable, str(REPO / "tests/integration/_gcs_observer.py"),
+                                 target.cluster.gcs_address, str(seen)])
+    try:
+        code = run_experiment_file(exp, results_root=str(tmp_path / "results"),
+                                   state_root=str(root), quiet=True)
+    finally:
+        observer.send_signal(signal.SIGTERM)
+        observer.wait(timeout=10)
     [run_dir] = list((tmp_path / "results").iterdir())
     summary = json.loads((run_dir / "summary.json").read_text())
     assert code == 0, json.dumps(summary, indent=1)[:4000]
@@ -80,6 +91,16 @@ def test_head_kill_experiment(cluster, tmp_path, monkeypatch, mode):
     gaps = [b["t"] - a["t"] for a, b in zip(samples, samples[1:], strict=False)
             if a["gcs_up"] and b["gcs_up"]]
     assert sorted(gaps)[len(gaps) // 2] <= 0.5, "the monitor samples at about 200 ms"
+    interval = summary["monitor"]["interval_s"]
+    assert summary["monitor"]["outage_max_gap_s"] <= 2 * interval, summary["monitor"]
+    # the harness saw the GCS answer again when an independent observer did (± 0.3 s)
+    kill_ts = next(json.loads(x)["ts"] for x in lines if '"head_killed"' in x)
+    harness_first = kill_ts + gcs["gcs_first_answer_s"]
+    polls = [json.loads(x) for x in seen.read_text().splitlines() if x.strip()]
+    after = [p for p in polls if p["ts"] >= kill_ts]
+    first_down = next(i for i, p in enumerate(after) if not p["up"])
+    observer_first = next(p["ts"] for p in after[first_down:] if p["up"])
+    assert abs(harness_first - observer_first) <= 0.3, (harness_first, observer_first)
     assert any(json.loads(x).get("kind") == "load" for x in lines)
     assert os.path.isdir(root / NAME), "the run reused the module's cluster and left it up"
 

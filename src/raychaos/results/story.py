@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from raychaos.config.metrics import METRICS
-from raychaos.observe.slo import load_metrics, throughput_recovery_s
-from raychaos.observe.windows import WINDOWS, windows
+from raychaos.observe.loadstats import load_report
+from raychaos.observe.windows import windows
 
 __all__ = ["evidence_rows", "fault_rows", "fmt_value", "load_windows", "margin", "probe_figure",
            "story"]
@@ -115,28 +115,8 @@ def load_windows(summary: dict[str, Any], records: list[dict[str, Any]]
     given = summary.get("loads")
     if isinstance(given, dict) and given:
         return given, True
-    names = sorted({str(r.get("load")) for r in records if r.get("kind") == "load"})
-    if not names:
-        return {}, False
-    wins = windows(records)
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for name in names:
-        base = load_metrics(records, wins["baseline"], name)["throughput"]
-        back = throughput_recovery_s(records, wins, name)
-        per: dict[str, dict[str, Any]] = {}
-        for win in WINDOWS:
-            if win not in wins:
-                continue
-            m = load_metrics(records, wins[win], name)
-            per[win] = {"seconds": m["seconds"], "count": m["count"],
-                        "failures": m["failures"], "throughput": m["throughput"],
-                        "error_ratio": m["failure_ratio"], "p50_ms": m["p50_ms"],
-                        "p95_ms": m["p95_ms"], "p99_ms": m["p99_ms"],
-                        "dip": (1 - m["throughput"] / base) if base and win != "baseline"
-                        else None,
-                        "time_back_s": back if win == "recovery" else None}
-        out[name] = per
-    return out, False
+    # a run written before summary["loads"] existed: the same one definition, recomputed
+    return load_report(records, windows(records)), False
 
 
 # --- faults ----------------------------------------------------------------------------------

@@ -232,15 +232,27 @@ class Ticker:
 
 
 def verdict_table(summary: dict[str, Any]) -> str:
-    """Every probe (with its key figure) and SLO (value, bound, margin) as a plain table."""
+    """Every check — the run, each probe (with its key figure), each SLO (value, bound,
+    margin) — as a plain table; the verdicts are the checks' (:mod:`raychaos.results.checks`),
+    the same JUnit and the pytest plugin show."""
+    from raychaos.results.checks import checks_of
+
+    probes = {p["name"]: p for p in summary.get("probes", [])}
+    slos = {s["name"]: s for s in summary.get("slos", [])}
     rows = [("check", "window", "value", "bound", "margin", "verdict")]
-    for p in summary.get("probes", []):
-        rows.append((f"probe {p['name']}", "run", probe_figure(p), "", "", str(p["verdict"])))
-    for s in summary.get("slos", []):
-        unit = METRICS[s["metric"]].unit if s.get("metric") in METRICS else ""
-        rows.append((str(s["name"]), str(s["window"]), fmt_value(s["value"], unit),
-                     f"{s['op']} {fmt_value(s['threshold'], unit)}", margin(s),
-                     str(s["verdict"])))
+    for c in checks_of(summary):
+        if c["kind"] == "slo" and c["name"] in slos:
+            s = slos[c["name"]]
+            unit = METRICS[s["metric"]].unit if s.get("metric") in METRICS else ""
+            rows.append((str(s["name"]), str(s["window"]), fmt_value(s["value"], unit),
+                         f"{s['op']} {fmt_value(s['threshold'], unit)}", margin(s),
+                         str(c["verdict"])))
+        elif c["kind"] == "probe":
+            p = probes.get(c["name"])
+            rows.append((f"probe {c['name']}", "run", probe_figure(p) if p else "", "", "",
+                         str(c["verdict"])))
+        else:
+            rows.append((str(c["name"]), "run", "", "", "", str(c["verdict"])))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
              for r in rows]

@@ -245,6 +245,7 @@ class Session:
                          f"{run.settings.monitor.recovery_window_s:g}s")
                 time.sleep(run.settings.monitor.recovery_window_s)
             if self.loads is not None:
+                run.timeline.event(Ev.LOADS_STOPPED)  # load statistics end here
                 self.loads.stop()
             if self.monitor:
                 self.monitor.stop()
@@ -293,6 +294,8 @@ class Session:
     def _print_verdict(self, summary: dict[str, Any]) -> None:
         print()
         print(verdict_table(summary))
+        for fail in summary.get("failures", []):
+            print(f"failed: {redact_text(str(fail))}")
         for err in summary.get("errors", []):
             print(f"error: {redact_text(str(err))}", file=sys.stderr)
         print(f"\nverdict: {summary['verdict'].upper()}  (exit {summary['exit_code']})  "

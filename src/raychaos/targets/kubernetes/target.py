@@ -11,6 +11,7 @@ plain HTTP to the dashboard (``KubernetesSpec.dashboard_url``).
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -19,7 +20,7 @@ from typing import Any
 
 from raychaos.config.settings import KubernetesSpec
 from raychaos.errors import ConfigError, KubeApiError, RollbackFailed, TargetUnavailable
-from raychaos.targets.base import NodeInfo, Refusal, RunLock
+from raychaos.targets.base import NodeInfo, Observation, Refusal, RunLock
 from raychaos.targets.kubernetes import drain as k8s_drain
 from raychaos.targets.kubernetes import head as k8s_head
 from raychaos.targets.kubernetes import network as k8s_network
@@ -208,6 +209,19 @@ class KubernetesTarget:
             return bool(self.head_identity()["ready"])
         except Exception:  # noqa: BLE001 - a probe answers False, never raises
             return False
+
+    def observe(self, deadline_s: float = 0.1) -> Observation:
+        """``gcs_alive`` and the pods as nodes; re-registration is not known (``reported``)."""
+        t0 = time.monotonic()
+        up = self.gcs_alive(timeout=max(deadline_s, 0.05))
+        if not up:
+            return Observation(False, error="the GCS did not answer",
+                               latency_s=time.monotonic() - t0)
+        try:
+            nodes = self.nodes(timeout=deadline_s)
+        except Exception:  # noqa: BLE001 - the GCS answered; the pod list did not
+            return Observation(True, latency_s=time.monotonic() - t0)
+        return Observation(True, nodes=nodes, latency_s=time.monotonic() - t0)
 
     def head_identity(self) -> dict[str, Any]:
         return k8s_head.head_identity(self._api(), self.ns, self.cluster)

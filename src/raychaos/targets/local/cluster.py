@@ -18,7 +18,7 @@ from typing import Any
 
 from raychaos.errors import RollbackFailed, TargetUnavailable
 from raychaos.results.store import write_json_atomic
-from raychaos.targets.base import NodeInfo
+from raychaos.targets.base import NodeInfo, Observation
 from raychaos.targets.local.gcs import GcsAdmin
 from raychaos.targets.local.gcs_probe import GcsProbe
 from raychaos.targets.local.network.pods import PodNetwork
@@ -166,10 +166,29 @@ class LocalCluster:
             raise TargetUnavailable(f"local cluster '{self.name}': the GCS at "
                                     f"{self.gcs_address} did not answer within {timeout:g} s "
                                     f"({answer.error})")
-        names = {p.ip: p.name for p in self.plans()} if self.mode == "netns" else {}
         drain_ids = self.admin().draining(timeout) if draining else set()
+        return self._node_infos(answer.nodes, drain_ids)
+
+    def observe(self, deadline_s: float) -> Observation:
+        """One question to the GCS for the monitor (see ``Target.observe``): the node table
+        and which raylets reported to this GCS incarnation (``GcsProbe.ask(reports=True)``)."""
+        try:
+            answer = self.gcs().ask(deadline_s=deadline_s, reports=True)
+        except TargetUnavailable as exc:  # no cluster.json: nothing to ask
+            return Observation(False, error=str(exc))
+        if not answer.up:
+            late = (answer.error or "").startswith("DEADLINE_EXCEEDED")
+            return Observation(False, error=answer.error, latency_s=answer.latency_s, late=late)
+        reported = None if answer.reported is None else frozenset(
+            node_id for node_id, has in answer.reported.items() if has)
+        return Observation(True, nodes=self._node_infos(answer.nodes, set()),
+                           latency_s=answer.latency_s, reported=reported,
+                           incarnation=answer.incarnation)
+
+    def _node_infos(self, nodes: Any, drain_ids: set[str]) -> list[NodeInfo]:
+        names = {p.ip: p.name for p in self.plans()} if self.mode == "netns" else {}
         out = []
-        for n in answer.nodes:
+        for n in nodes:
             state = "DRAINING" if n.state == "ALIVE" and n.node_id in drain_ids else n.state
             out.append(NodeInfo(node_id=n.node_id, address=n.address,
                                 name=names.get(n.address, n.address), state=state,
