@@ -12,7 +12,6 @@ from kubernetes import client, config
 
 from raychaos.config.settings import KubernetesSpec
 from raychaos.targets.kubernetes.target import KubernetesTarget
-from tests.k8s._faults import drain, saturate, throttle
 from tests.k8s.world import World, default_nodes
 from tests.k8s.world import resources as R
 
@@ -195,7 +194,8 @@ def test_the_harness_target_against_the_world(world):
         back = t.wait_head_back(kill["old"], timeout=15)
         assert back["recovered"] and back["uid_changed"]
         rec: dict = {}
-        ev = drain(t, count=1, deadline_s=15, record=rec)
+        ev = t.drain_nodes(count=1, selector=None, deadline_s=15, reason="preemption",
+                           replace=True, replace_delay_s=0, record=rec)
         assert ev["evicted"], ev
         t.undo(rec)
         assert not world.store.get("nodes", "", ev["nodes"][0])["spec"].get("unschedulable")
@@ -232,46 +232,6 @@ def test_go_durations_as_the_kubelet_prints_them():
         "registry-1.docker.io/rayproject/ray:2.60.0"
     assert normalize_image("busybox") == "registry-1.docker.io/library/busybox:latest"
     assert normalize_image("registry.raychaos.test/a/b:1") == "registry.raychaos.test/a/b:1"
-
-
-def test_rbac_yaml_covers_the_harness_against_the_world(world):
-    """The harness's whole tour against the world; deploy/rbac.yaml must grant every call."""
-    from tests.k8s.test_rbac import CLUSTER_SCOPED, granted
-    world.api.create(R.BUILTIN["customresourcedefinitions"], "", {
-        "metadata": {"name": "networkchaos.chaos-mesh.org"}, "spec": {
-            "group": "chaos-mesh.org", "scope": "Namespaced", "names": {
-                "plural": "networkchaos", "singular": "networkchaos", "kind": "NetworkChaos"},
-            "versions": [{"name": "v1alpha1", "served": True, "storage": True}]}})
-    spec = KubernetesSpec(cluster="demo", namespace="ray", kubeconfig=world.kubeconfig)
-    t = KubernetesTarget(spec, run_id="run1")
-    t.connect()
-    try:
-        t.describe()
-        ev = t.kill_head("pod", {})
-        t.wait_head_back(ev["old"], timeout=15)
-        rec: dict = {}
-        drain(t, record=rec, count=1, deadline_s=10)
-        t.undo(rec)
-        throttle(t, 1e6, nodes=["gpu-a"], registry_hosts=["r.example"], record={})
-        saturate(t, record={})
-        t.cluster_events(0)
-        t.cleanup_run()
-        world.api.delete(R.BUILTIN["customresourcedefinitions"], "",
-                         "networkchaos.chaos-mesh.org", None)
-        saturate(t, record={}, nodes=["gpu-a", "gpu-b"])
-        t.cleanup_run()
-        lock = t.run_lock()
-        lock.acquire("run1")
-        lock.release()
-    finally:
-        t.close()
-    grants = granted()
-    used = set(world.rbac) | {("create", "", "pods/exec"), ("get", "", "pods/exec")}
-    missing = sorted(u for u in used if u not in grants)
-    assert not missing, f"deploy/rbac.yaml lacks {missing}"
-    for verb, group, resource in used:
-        assert (grants[(verb, group, resource)] == "ClusterRole") == \
-            (resource in CLUSTER_SCOPED), (verb, resource)
 
 
 def test_knobs_replacement_delay_and_head_service_name(tmp_path):

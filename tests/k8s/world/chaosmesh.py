@@ -94,12 +94,17 @@ class ChaosMesh:
         sel = selector or {}
         namespaces = sel.get("namespaces") or [chaos["metadata"]["namespace"]]
         labels = {"matchLabels": sel.get("labelSelectors") or {}}
+        by_name = sel.get("pods")  # {namespace: [pod names]}: exactly those pods
         out = []
         for wk in list(self.kubelet.workers.values()):
             pod = wk.pod()
-            if pod and wk.netns and wk.ns in namespaces and wk.netns != \
-                    self.kubelet.net.nodes[wk.node].netns and \
-                    selector_dict_match(labels, pod["metadata"].get("labels")):
+            if not (pod and wk.netns and wk.netns != self.kubelet.net.nodes[wk.node].netns):
+                continue
+            if by_name is not None:
+                if wk.name in (by_name.get(wk.ns) or []):
+                    out.append(wk)
+            elif wk.ns in namespaces and selector_dict_match(labels,
+                                                              pod["metadata"].get("labels")):
                 out.append(wk)
         if chaos["spec"].get("mode") == "one":
             out = out[:1]

@@ -88,6 +88,7 @@ class KubeRay:
         meta, spec = rc["metadata"], rc["spec"]
         ns, name = meta["namespace"], meta["name"]
         self._services(rc)
+        self._token_secret(rc)
         pods = [p for p in store.list("pods", ns, f"ray.io/cluster={name}")
                 if any(r.get("uid") == meta["uid"] for r in
                        p["metadata"].get("ownerReferences") or [])]
@@ -134,6 +135,20 @@ class KubeRay:
     def _owner(self, rc: dict) -> list[dict]:
         return [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": rc["metadata"]["name"],
                  "uid": rc["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]
+
+    def _token_secret(self, rc: dict) -> None:
+        """With ``authOptions.mode: token``: a Secret named after the cluster holding a random
+        ``auth_token``, as kuberay-operator creates it."""
+        import base64
+        import secrets
+        ns, name = rc["metadata"]["namespace"], rc["metadata"]["name"]
+        if ((rc["spec"].get("authOptions") or {}).get("mode") or "").lower() != "token" or \
+                self.api.store.raw("secrets", ns, name) is not None:
+            return
+        token = base64.b64encode(secrets.token_hex(24).encode()).decode()
+        self.api.create(R.BUILTIN["secrets"], ns, {"metadata": {
+            "name": name, "namespace": ns, "ownerReferences": self._owner(rc)},
+            "type": "Opaque", "data": {"auth_token": token}})
 
     def _services(self, rc: dict) -> None:
         ns, name = rc["metadata"]["namespace"], rc["metadata"]["name"]
@@ -229,6 +244,9 @@ class KubeRay:
             {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"},
             {"name": "RAY_AUTH_MODE", "value": "token" if auth == "token" else "disabled"},
             {"name": "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE", "value": "1"}]
+        if auth == "token":  # the Secret the operator made (KubeRay >= 1.5.1 authOptions)
+            add.append({"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {
+                "name": name, "key": "auth_token"}}})
         if node_type != "head":
             add += [{"name": "FQ_RAY_IP", "value": svc},
                     {"name": "RAY_IP", "value": self.head_service_name(rc)}]

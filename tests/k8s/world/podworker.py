@@ -37,7 +37,9 @@ def _field_ref(pod: dict, path: str) -> str:
     return "" if cur is None else str(cur)
 
 
-def container_env(pod: dict, c: dict) -> dict[str, str]:
+def container_env(pod: dict, c: dict, secret: Any = None) -> dict[str, str]:
+    """The container's env as the kubelet resolves it; ``secret(name, key)`` reads a Secret's
+    value for ``secretKeyRef`` (None: such variables are left out)."""
     env: dict[str, str] = {}
     for e in c.get("env") or []:
         if "value" in e:
@@ -45,6 +47,11 @@ def container_env(pod: dict, c: dict) -> dict[str, str]:
                                     str(e["value"]))
         elif "fieldRef" in (e.get("valueFrom") or {}):
             env[e["name"]] = _field_ref(pod, e["valueFrom"]["fieldRef"]["fieldPath"])
+        elif "secretKeyRef" in (e.get("valueFrom") or {}) and secret is not None:
+            ref = e["valueFrom"]["secretKeyRef"]
+            value = secret(ref.get("name", ""), ref.get("key", ""))
+            if value is not None:
+                env[e["name"]] = value
         elif "resourceFieldRef" in (e.get("valueFrom") or {}):
             ref = e["valueFrom"]["resourceFieldRef"]["resource"]
             kind, _, res = ref.partition(".")
@@ -128,6 +135,12 @@ class PodWorker(threading.Thread):
                    if "running" in state or "terminated" in state else {}),
                 "started": "running" in state}
 
+    def _secret(self, name: str, key: str) -> str | None:
+        import base64
+        obj = self.k.api.store.get("secrets", self.ns, name)
+        raw = ((obj or {}).get("data") or {}).get(key)
+        return base64.b64decode(raw).decode() if raw else None
+
     def _make(self, pod: dict, c: dict) -> Container:
         vols = {v["name"]: v for v in pod["spec"].get("volumes") or []}
         mounts = []
@@ -148,7 +161,8 @@ class PodWorker(threading.Thread):
         # HOME is /tmp/home inside: a login shell (KubeRay's bash -lc) resets PATH, and its
         # .bash_profile puts the venv's bin back in front
         (tmp / "home" / ".bash_profile").write_text('export PATH="$WORLD_PATH"\n')
-        env = base_env(self.name, f"{self.k.world}/{self.uid}") | container_env(pod, c)
+        env = base_env(self.name, f"{self.k.world}/{self.uid}") | container_env(
+            pod, c, self._secret)
         if env["HOME"] == "/root":
             env["HOME"] = "/tmp/home"
         env["WORLD_PATH"] = env["PATH"]

@@ -51,6 +51,7 @@ BUILTIN = {r.plural: r for r in [
     Res("", "v1", "namespaces", "Namespace", namespaced=False, status_sub=True,
         returns_object_on_delete=True),
     Res("", "v1", "configmaps", "ConfigMap"),
+    Res("", "v1", "secrets", "Secret"),
     Res("", "v1", "serviceaccounts", "ServiceAccount"),
     Res("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", status_sub=True,
         generation=True),

@@ -279,8 +279,13 @@ class _Handler(BaseHTTPRequestHandler):
             if sub == "portforward":
                 ports = [int(p) for v in query.get("ports", []) for p in v.split(",")]
                 ip = backend.pod_address(pod) if backend else None
-                if not ip:
-                    ws.send_channel(1, b"pod has no address")
+                if not ip:  # the port numbers first (the protocol), then the error
+                    import struct
+                    for i, port in enumerate(ports):
+                        ws.send_channel(2 * i, struct.pack("<H", port))
+                        ws.send_channel(2 * i + 1, struct.pack("<H", port))
+                        ws.send_channel(2 * i + 1, f"error forwarding port {port} to pod "
+                                                   f"{name}: the pod has no address".encode())
                     return ws.close()
                 return W.run_portforward(ws, [(ip, p) for p in ports])
             container = q.get("container") or pod["spec"]["containers"][0]["name"]
