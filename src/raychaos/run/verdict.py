@@ -32,7 +32,7 @@ from raychaos.context import Run
 from raychaos.observe.loadstats import load_report
 from raychaos.observe.monitor import Monitor, sample_gaps
 from raychaos.observe.recovery import recovery_figures
-from raychaos.observe.slo import evaluate
+from raychaos.observe.slo import evaluate, said
 from raychaos.observe.windows import windows
 from raychaos.results.checks import check, slo_message, worst
 from raychaos.results.store import Ev, read_timeline
@@ -112,7 +112,7 @@ def _flaps(reasons: _Reasons, records: list[dict[str, Any]]) -> dict[str, Any] |
 
 def _probe_reason(name: str, verdict: str, ev: dict[str, Any]) -> str:
     if verdict == "unknown":
-        return f"could not observe {ev.get('unobserved')}"
+        return f"could not observe {said(ev.get('unobserved'))}"
     if verdict != "fail":
         return ""
     if name == "job_survival":
