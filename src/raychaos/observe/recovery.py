@@ -24,9 +24,9 @@ run without a kill, from the first ``fault_start``:
   the restored table) — then ``nodes_recovery_s`` is None, never the ALIVE-in-the-table time
   (which equals ``gcs_recovery_s`` by construction), and ``nodes_alive_s`` gives that time for
   what it is worth; ``reregistered_s`` gives each worker's first report after the kill.
-  Without the list of workers before the kill, ``workers_before_unknown`` is set and the figure is None: not
-  observed, never a vacuous pass. For a run without a kill, it is the first sample with as
-  many nodes alive as before the fault;
+  Without the list of workers before the kill, ``workers_before_unknown`` is set and the
+  figure is None: not observed, never a vacuous pass. For a run without a kill, it is the
+  first sample with as many nodes alive as before the fault;
 - ``gpus_back_s``: until the GPU total is back at its pre-fault level (0 when it never dropped);
 - ``outage_max_gap_s`` / ``outage_samples_per_s``: how densely the monitor sampled the outage
   (first down sample to first answer) — the resolution of the figures above.
