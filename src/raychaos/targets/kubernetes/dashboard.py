@@ -127,11 +127,18 @@ class Dashboard:
     # --- what the monitor asks -----------------------------------------------------------------
     def gcs_alive(self, timeout: float) -> bool:
         """The dashboard's own GCS liveness check (``/api/gcs_healthz``, no auth needed)."""
+        return self.gcs_health(timeout)[0]
+
+    def gcs_health(self, timeout: float) -> tuple[bool, str | None, bool]:
+        """``(up, why not, late)``: late is no answer within ``timeout`` and no refusal either
+        (a busy dashboard or GCS) — not the same as a head that is gone (the port-forward
+        closes the connection at once, or the dashboard says the GCS is not healthy)."""
         try:
             status, _ = self.request("GET", "/api/gcs_healthz", timeout=timeout)
-            return status == 200
-        except TargetUnavailable:
-            return False
+        except TargetUnavailable as exc:
+            return False, str(exc), isinstance(exc.__cause__, TimeoutError)
+        return status == 200, None if status == 200 else f"/api/gcs_healthz: HTTP {status}", \
+            False
 
     def ray_nodes(self, timeout: float) -> list[dict[str, Any]]:
         """Ray's node table (the state API, read from the GCS), dead nodes included."""

@@ -209,17 +209,16 @@ class KubernetesTarget:
 
     def gcs_alive(self, timeout: float = 0.5) -> bool:
         """The dashboard's GCS health check through the port-forward; False when unreachable."""
-        try:
-            return self._handle().dashboard.gcs_alive(timeout)
-        except TargetUnavailable:
-            return False
+        return self.handle is not None and self.handle.dashboard.gcs_alive(timeout)
 
     def observe(self, deadline_s: float = 0.1) -> Observation:
-        """``gcs_alive`` and the pods as nodes; re-registration is not known (``reported``)."""
+        """The dashboard's GCS check (a timeout is ``late``, not down) and Ray's node table;
+        which raylets re-registered is not known here (``reported`` None: never a pass)."""
         t0 = time.monotonic()
-        up = self.gcs_alive(timeout=max(deadline_s, 0.05))
+        up, why, late = (self.handle.dashboard.gcs_health(max(deadline_s, 0.05)) if self.handle
+                         else (False, "kubernetes target: connect() was not called", False))
         if not up:
-            return Observation(False, error="the GCS did not answer",
+            return Observation(False, error=why or "the GCS did not answer", late=late,
                                latency_s=time.monotonic() - t0)
         try:
             nodes = self.nodes(timeout=deadline_s)
