@@ -170,6 +170,26 @@ def test_workers_visibly_lost_fail_where_reregistration_cannot_be_told(run):
     assert r.probes[-1]["verdict"] == "fail", "what was seen lost is a fail, not an error"
 
 
+@pytest.mark.parametrize("reports_known", [False, True])
+def test_workers_alive_in_the_restored_table_then_dead_fail(run, reports_known):
+    """Seen on the KubeRay world (head pod deleted): the new GCS listed both old workers ALIVE,
+    then its health checks marked them DEAD; the probe passed on the first sample. Lost by the
+    end is a fail, whether re-registration can be told or not."""
+    r = run(outage_s=0.3, reports_known=reports_known)
+    kill_head(mode="head", wait_s=5)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not any(
+            x["kind"] == "sample" and x["t"] > 0.5 and x.get("alive_ids")
+            for x in read_timeline(r.timeline.path) if x["t"] >= 0):
+        time.sleep(0.05)
+    time.sleep(0.6)  # the GCS has answered steadily, the workers read ALIVE
+    r.target.lost = set(r.target.worker_ids)  # ... then DEAD
+    time.sleep(0.3)
+    ev = gcs_recovery(timeout_s=2, stable_s=0.3)
+    assert ev["nodes_alive_s"] is not None and ev["workers_lost"] == ev["workers_before"]
+    assert not ev["recovered"] and r.probes[-1]["verdict"] == "fail"
+
+
 def test_workers_before_come_from_the_monitor_when_the_gcs_is_slow(run, monkeypatch):
     r = run(outage_s=0.3)
     time.sleep(0.2)  # the monitor has sampled the cluster

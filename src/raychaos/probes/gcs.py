@@ -94,6 +94,9 @@ def gcs_recovery(timeout_s: Annotated[float, Range(0, 3600)] = 180.0,
     }
     evidence["head_replaced"] = (evidence["new_head"].get("pid") != (kill.get("old") or {}).get(
         "pid")) if evidence["new_head"].get("pid") else None
+    # back, then gone by the end (the restored table's ALIVE until the GCS's health checks
+    # said otherwise, or a worker that came back and died): lost is lost
+    done = done and not evidence["workers_lost"]
     evidence["recovered"] = done
     verdict = "pass" if done else "fail"
     unobserved = []
