@@ -188,6 +188,9 @@ def test_workers_alive_in_the_restored_table_then_dead_fail(run, reports_known):
     ev = gcs_recovery(timeout_s=2, stable_s=0.3)
     assert ev["nodes_alive_s"] is not None and ev["workers_lost"] == ev["workers_before"]
     assert not ev["recovered"] and r.probes[-1]["verdict"] == "fail"
+    from raychaos.run.verdict import _probe_reason
+
+    assert _probe_reason("gcs_recovery", "fail", ev).startswith("workers lost: ")
 
 
 def test_workers_before_come_from_the_monitor_when_the_gcs_is_slow(run, monkeypatch):

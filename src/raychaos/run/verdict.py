@@ -120,6 +120,9 @@ def _probe_reason(name: str, verdict: str, ev: dict[str, Any]) -> str:
     if name == "sentinel_preserved":
         bad = [k for k in ("found", "reachable", "same_pid", "state_preserved") if not ev.get(k)]
         return f"the sentinel actor was not preserved ({', '.join(bad)} false)"
+    if name == "gcs_recovery" and ev.get("workers_lost"):
+        return (f"workers lost: {', '.join(map(str, ev['workers_lost']))} (alive before the "
+                f"kill, not ALIVE at the end; gcs_recovery_s {ev.get('gcs_recovery_s')})")
     if name == "gcs_recovery":
         return (f"not recovered within the probe's timeout: gcs_recovery_s "
                 f"{ev.get('gcs_recovery_s')}, nodes_recovery_s {ev.get('nodes_recovery_s')}, "
