@@ -55,7 +55,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
+# gRPC's fork handlers abort the interpreter at exit when a process that imported grpc later
+# forks (every subprocess the harness starts) — seen as exit 134 after a Kubernetes dry run,
+# which imports this module to ask the local target's refusals. The probe never forks with a
+# channel open, so it needs none of that support; a user's explicit setting still wins.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+import grpc  # noqa: E402 - after the fork-support setting above, which grpc reads at import
 
 __all__ = ["GcsProbe", "GcsAnswer", "GcsNode", "NodeReport", "channel_options"]
 
