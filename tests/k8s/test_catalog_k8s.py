@@ -1,0 +1,189 @@
+"""Every catalog experiment, run as a user runs it — ``raychaos run EXPERIMENT --target
+kubernetes --kubeconfig … --namespace … --cluster …`` in its own process — against the KubeRay
+test world, whose pods are real Ray nodes (one world for the module, kept warm; run under
+``flock /tmp/raychaos-cluster.lock``).
+
+Each run must reach the verdict it reaches on the local target (exit 0), prove every fault
+landed (its evidence) and was undone, and leave the world as it found it: that is checked
+between runs (no object of a run left, no node cordoned, no qdisc or ifb device on any node or
+pod, the RayCluster's head and workers Ready with 3 ALIVE Ray nodes and the GPU worker's GPU).
+The experiments are the shipped files with only the local target's block and the monitor's
+windows changed (the latter as in ``tests/integration/test_catalog.py``); the command line
+picks the target. Seconds per run are printed at the end of the module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.k8s.world import World
+from tests.k8s.world.controllers import pod_ready
+
+pytestmark = [pytest.mark.k8s,
+              pytest.mark.skipif(os.geteuid() != 0, reason="real pods need root (netns)")]
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_ID_LABEL = "raychaos.io/run-id"
+SECONDS: dict[str, float] = {}
+
+#: (test id, catalog file, kill_head mode or None)
+CATALOG = [
+    ("head-kill-pod", "head-kill", "pod"),
+    ("head-kill-head", "head-kill", "head"),
+    ("head-kill-gcs", "head-kill", "gcs"),
+    ("shuffle-under-head-kill", "shuffle-under-head-kill", None),
+    ("gpu-node-drain", "gpu-node-drain", None),
+    ("registry-throttle", "registry-throttle", None),
+    ("head-kill-slow-registry", "head-kill-slow-registry", None),
+    ("network-saturation", "network-saturation", None),
+]
+
+
+def start_world(name: str, gcs_ft: bool = True) -> World:
+    t0 = time.monotonic()
+    w = World(name=name, gcs_ft=gcs_ft, chaos_mesh=True,
+              state_root="/tmp/raychaos-world-tests").start()
+    try:
+        w.wait_ready(timeout=600)
+    except BaseException:
+        w.stop()
+        raise
+    SECONDS[f"world {name} up"] = time.monotonic() - t0
+    return w
+
+
+def stop_world(w: World) -> None:
+    t0 = time.monotonic()
+    left = w.stop()
+    SECONDS[f"world {w.name} down"] = time.monotonic() - t0
+    assert left == [], left
+
+
+@pytest.fixture(scope="module")
+def world():
+    w = start_world("kcat")
+    try:
+        yield w
+    finally:
+        stop_world(w)
+        print("\ncatalog on kubernetes, seconds: "
+              + json.dumps({k: round(v, 1) for k, v in SECONDS.items()}))
+
+
+def variant(src: str, dest: Path, mode: str | None = None, edit=None) -> Path:  # noqa: ANN001
+    """The shipped experiment with the local target's block and the monitor's windows
+    changed; ``mode`` sets kill_head's mode."""
+    data = yaml.safe_load((REPO / "experiments" / f"{src}.yaml").read_text())
+    block = next(e for e in data["extensions"] if e.get("name") == "raychaos")
+    block.pop("target", None)  # the command line says where
+    block["monitor"] = {"interval_s": 0.2, "settle_s": 3, "recovery_window_s": 10}
+    if mode:
+        act = next(a for a in data["method"] if a["provider"]["func"] == "kill_head")
+        act["provider"].setdefault("arguments", {})["mode"] = mode
+    if edit:
+        edit(data)
+    dest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dest
+
+
+def raychaos_run(w: World, exp: Path, results: Path) -> tuple[int, dict, str]:
+    """``raychaos run EXP --target kubernetes …`` as its own process; (exit code, summary,
+    output)."""
+    cmd = [sys.executable, "-m", "raychaos.cli", "run", str(exp), "--target", "kubernetes",
+           "--kubeconfig", w.kubeconfig, "--namespace", w.namespace, "--cluster",
+           str(w.cluster), "--results", str(results)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
+                          check=False)
+    out = proc.stdout + proc.stderr
+    runs = [d for d in results.iterdir() if (d / "summary.json").exists()] \
+        if results.exists() else []
+    assert len(runs) == 1, f"exit {proc.returncode}, no single summary:\n{out[-4000:]}"
+    return proc.returncode, json.loads((runs[0] / "summary.json").read_text()), out
+
+
+def alive_ray_nodes(w: World) -> list[dict]:
+    url = w.proxy_url() + "/api/v0/nodes?limit=100"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        data = json.loads(resp.read())["data"]["result"]
+    rows = data["result"] if isinstance(data, dict) else data
+    return [n for n in rows if n["state"] == "ALIVE"]
+
+
+def _netns_shaping(netns: str) -> list[str]:
+    """Any tbf/ingress qdisc or ifb device in a network namespace (what a fault would leave)."""
+    left = []
+    qd = subprocess.run(["ip", "netns", "exec", netns, "tc", "qdisc", "show"],
+                        capture_output=True, text=True, check=False).stdout
+    left += [f"{netns}: {line.strip()}" for line in qd.splitlines()
+             if " tbf " in line or "ingress" in line or " netem " in line]
+    links = subprocess.run(["ip", "-n", netns, "-o", "link", "show", "type", "ifb"],
+                           capture_output=True, text=True, check=False).stdout
+    left += [f"{netns}: ifb {line.split(':')[1].strip()}" for line in links.splitlines()]
+    return left
+
+
+def leftovers(w: World) -> list[str]:
+    """What a finished run left in the world (nothing, or a bug)."""
+    left = []
+    with w.store.lock:
+        for res, objs in w.store.objects.items():
+            for (ns, name), obj in objs.items():
+                if RUN_ID_LABEL in (obj["metadata"].get("labels") or {}):
+                    left.append(f"{res} {ns}/{name}")
+    for node in w.store.list("nodes"):
+        if node.get("spec", {}).get("unschedulable"):
+            left.append(f"node {node['metadata']['name']} cordoned")
+    for netns in w.net.all_netns():
+        left += _netns_shaping(netns)
+    return left
+
+
+def wait_shape_restored(w: World, timeout: float = 180) -> float:
+    """Head and workers Ready, 3 ALIVE Ray nodes with the one GPU; the seconds it took."""
+    t0 = time.monotonic()
+    last = ""
+    while time.monotonic() - t0 < timeout:
+        try:
+            pods = w.ray_pods()
+            alive = alive_ray_nodes(w)
+            gpus = sum(float(n.get("resources_total", {}).get("GPU", 0)) for n in alive)
+            if len(pods) == 3 and all(pod_ready(p) for p in pods) and len(alive) == 3 \
+                    and gpus == 1:
+                return time.monotonic() - t0
+            last = f"{len(pods)} pods, {len(alive)} ALIVE Ray nodes, {gpus} GPUs"
+        except (OSError, ValueError, KeyError) as exc:
+            last = repr(exc)
+        time.sleep(1)
+    raise AssertionError(f"the world's shape was not restored in {timeout:.0f}s: {last}")
+
+
+def assert_clean(w: World) -> None:
+    assert leftovers(w) == []
+    wait_shape_restored(w)
+
+
+@pytest.mark.parametrize(("test_id", "src", "mode"), CATALOG, ids=[c[0] for c in CATALOG])
+def test_catalog_experiment_on_kubernetes(test_id, src, mode, world, tmp_path):
+    assert_clean(world)  # warm, but proved clean before each run
+    exp = variant(src, tmp_path / f"{test_id}.yaml", mode)
+    t0 = time.monotonic()
+    code, summary, out = raychaos_run(world, exp, tmp_path / "results")
+    SECONDS[test_id] = time.monotonic() - t0
+    brief = json.dumps({k: summary.get(k) for k in ("verdict", "checks", "errors", "faults")},
+                       indent=1, default=str)[:6000]
+    assert code == 0, f"{brief}\n--- output ---\n{out[-3000:]}"
+    assert summary["target"]["kind"] == "kubernetes"
+    assert summary["faults"], "a fault was applied"
+    for fault in summary["faults"]:
+        assert fault["state"] == "undone", fault
+        assert fault["evidence"], f"{fault['fault']} returned no proof it landed"
+    assert_clean(world)
