@@ -125,13 +125,18 @@ class Dashboard:
         self._local.conn = None
 
     # --- what the monitor asks -----------------------------------------------------------------
-    def gcs_alive(self, timeout: float) -> bool:
-        """The dashboard's own GCS liveness check (``/api/gcs_healthz``, no auth needed)."""
+    def gcs_health(self, timeout: float) -> bool | None:
+        """The dashboard's own GCS liveness check (``/api/gcs_healthz``, no auth needed): True
+        when it answers healthy, False when it is refused or unhealthy, None when nothing
+        answered within ``timeout`` (late: a busy head behind the port-forward, not a refusal)."""
         try:
             status, _ = self.request("GET", "/api/gcs_healthz", timeout=timeout)
-            return status == 200
-        except TargetUnavailable:
-            return False
+        except TargetUnavailable as exc:
+            return None if isinstance(exc.__cause__, TimeoutError) else False
+        return status == 200
+
+    def gcs_alive(self, timeout: float) -> bool:
+        return self.gcs_health(timeout) is True
 
     def ray_nodes(self, timeout: float) -> list[dict[str, Any]]:
         """Ray's node table (the state API, read from the GCS), dead nodes included."""

@@ -213,11 +213,17 @@ class KubernetesTarget:
             return False
 
     def observe(self, deadline_s: float = 0.1) -> Observation:
-        """``gcs_alive`` and the pods as nodes; re-registration is not known (``reported``)."""
+        """The dashboard's GCS health (late when it did not answer in time, down when refused)
+        and Ray's node table; re-registration is not known (``reported``)."""
         t0 = time.monotonic()
-        up = self.gcs_alive(timeout=max(deadline_s, 0.05))
-        if not up:
-            return Observation(False, error="the GCS did not answer",
+        wait = max(deadline_s, 0.05)
+        try:
+            health = self._handle().dashboard.gcs_health(wait)
+        except TargetUnavailable:
+            health = False
+        if health is not True:  # None: no answer in time, but no refusal either
+            return Observation(False, error=f"no answer within {wait:g} s" if health is None
+                               else "the GCS did not answer", late=health is None,
                                latency_s=time.monotonic() - t0)
         try:
             nodes = self.nodes(timeout=deadline_s)
