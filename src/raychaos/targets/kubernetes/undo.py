@@ -15,7 +15,7 @@ from raychaos.targets.kubernetes import drain as k8s_drain
 from raychaos.targets.kubernetes import network as k8s_network
 from raychaos.targets.kubernetes import registry as k8s_registry
 from raychaos.targets.kubernetes.client import ApiSession
-from raychaos.targets.kubernetes.safety import CORDONED_BY, RUN_ID
+from raychaos.targets.kubernetes.safety import CORDONED_BY, RUN_ID, label_value
 
 __all__ = ["undo", "cleanup_run"]
 
@@ -45,6 +45,6 @@ def undo(api: ApiSession, ns: str, record: dict[str, Any]) -> dict[str, Any]:
 def cleanup_run(api: ApiSession, ns: str, run_id: str) -> dict[str, Any]:
     """Delete every object labelled ``raychaos.io/run-id=<run_id>``; uncordon our nodes."""
     nodes = [n["metadata"]["name"] for n in api.read(
-        api.core.list_node, label_selector=f"{CORDONED_BY}={run_id}")["items"]]
+        api.core.list_node, label_selector=f"{CORDONED_BY}={label_value(run_id)}")["items"]]
     return {"run_id": run_id, "uncordoned": k8s_drain.uncordon(api, nodes),
-            "deleted": k8s_network.delete_labelled(api, ns, f"{RUN_ID}={run_id}")}
+            "deleted": k8s_network.delete_labelled(api, ns, f"{RUN_ID}={label_value(run_id)}")}
