@@ -187,3 +187,55 @@ def test_catalog_experiment_on_kubernetes(test_id, src, mode, world, tmp_path):
         assert fault["state"] == "undone", fault
         assert fault["evidence"], f"{fault['fault']} returned no proof it landed"
     assert_clean(world)
+
+
+# --- the harness itself interrupted or killed mid-fault, on the same warm world -------------
+def _k8s_experiment(w: World, method: list[dict]) -> dict:
+    from tests.integration._harness import experiment
+
+    return experiment("kcat", method, extra={"target": {"kind": "kubernetes", "kubernetes": {
+        "kubeconfig": w.kubeconfig, "namespace": w.namespace, "cluster": str(w.cluster)}}})
+
+
+def test_sigterm_while_the_drain_applies_rolls_it_back(world, tmp_path):
+    """SIGTERM once the ledger names the cordoned node: exit 2, the node uncordoned, the
+    replacement Ready, nothing of the run left."""
+    import signal
+
+    from tests.integration._harness import HarnessRun, action
+
+    assert_clean(world)
+    drain = action("nodes", "drain_gpu_nodes", count=1, deadline_s=10, replace=True,
+                   replace_delay_s=0)
+    run = HarnessRun(tmp_path, _k8s_experiment(world, [drain]), tmp_path / "state")
+    run.wait_for(lambda: any((r.get("undo") or {}).get("nodes") for r in run.ledger()["faults"]),
+                 "the drain's cordon in the ledger")
+    run.signal(signal.SIGTERM)
+    code = run.finish()
+    summary = run.summary()
+    assert code == 2 and summary["status"] == "interrupted", run.err[-3000:]
+    [rec] = summary["faults"]
+    assert rec["state"] == "undone", rec
+    assert_clean(world)
+
+
+def test_sigkill_after_the_throttle_landed_is_undone_by_raychaos_rollback(world, tmp_path):
+    """SIGKILL with the throttle DaemonSet running (its pods reported their qdiscs): the run
+    leaves it applied; ``raychaos rollback RUN_DIR`` deletes the DaemonSet and removes every
+    ifb/ingress qdisc from the nodes."""
+    import signal
+
+    from tests.integration._harness import HarnessRun, action, run_cli
+
+    assert_clean(world)
+    throttle = action("registry", "throttle_registry_pulls", pause_after=120, rate_mbit=20,
+                      image_mb=4)
+    run = HarnessRun(tmp_path, _k8s_experiment(world, [throttle]), tmp_path / "state")
+    run.wait_event("fault_applied", "throttle_registry_pulls")
+    assert [x for x in leftovers(world) if "ifb" in x or "ingress" in x], "proof it landed"
+    run.signal(signal.SIGKILL)
+    run.finish()
+    assert leftovers(world), "a SIGKILLed run cannot undo anything itself"
+    done = run_cli("rollback", str(run.run_dir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_clean(world)

@@ -69,8 +69,14 @@ def default_raycluster(name: str, ns: str, gcs_ft: bool = True, image: str = IMA
         r = json.loads(json.dumps(res))
         for k in ("limits", "requests"):
             r[k].update(extra or {})
+        # This 2-core box is shared: a restarted Ray container's dashboard agent has been
+        # measured taking > 20 s to import under load, and the raylet then aborts waiting for
+        # its port file (a head crash loop that no real cluster with spare CPU shows). A user
+        # on a loaded node would raise the same Ray setting in their RayCluster.
+        env = [{"name": "RAY_agent_register_timeout_ms", "value": "120000"}]
         return {"spec": {"nodeSelector": {"raychaos.io/node-pool": pool}, **spec, "containers": [
-            {"name": cname, "image": image, "imagePullPolicy": "IfNotPresent", "resources": r}]}}
+            {"name": cname, "image": image, "imagePullPolicy": "IfNotPresent", "resources": r,
+             "env": env}]}}
 
     gpu_tol = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     return {
