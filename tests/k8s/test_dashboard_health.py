@@ -49,3 +49,19 @@ def test_healthy_refused_and_late_are_three_answers():
     finally:
         for sock in (ok, silent, *held):
             sock.close()
+
+
+def test_a_503_for_a_missed_deadline_is_late_and_for_a_refusal_is_down():
+    late, _ = _server(b"HTTP/1.1 503 Health check failed: RpcError: Deadline Exceeded\r\n"
+                      b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+    down, _ = _server(b"HTTP/1.1 503 Health check failed: RpcError: failed to connect to all "
+                      b"addresses; Connection refused\r\nContent-Length: 0\r\n"
+                      b"Connection: close\r\n\r\n")
+    try:
+        assert Dashboard(lambda: f"http://127.0.0.1:{late.getsockname()[1]}").gcs_health(
+            1.0) is None
+        assert Dashboard(lambda: f"http://127.0.0.1:{down.getsockname()[1]}").gcs_health(
+            1.0) is False
+    finally:
+        late.close()
+        down.close()

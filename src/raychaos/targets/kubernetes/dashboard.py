@@ -81,6 +81,12 @@ class Dashboard:
     # --- plain HTTP, one keep-alive connection per thread ------------------------------------
     def request(self, method: str, path: str, body: Any = None,
                 timeout: float = 10.0) -> tuple[int, bytes]:
+        status, _reason, raw = self.exchange(method, path, body, timeout)
+        return status, raw
+
+    def exchange(self, method: str, path: str, body: Any = None,
+                 timeout: float = 10.0) -> tuple[int, str, bytes]:
+        """(status, reason phrase, body) of one request."""
         parts = urlsplit(self.url)
         base = parts.path.rstrip("/")
         data = json.dumps(body).encode() if body is not None else None
@@ -90,7 +96,7 @@ class Dashboard:
             try:
                 conn.request(method, base + path, body=data, headers=headers)
                 resp = conn.getresponse()
-                return resp.status, resp.read()
+                return resp.status, resp.reason or "", resp.read()
             except (OSError, http.client.HTTPException) as exc:
                 self._drop()
                 if attempt == 2 or isinstance(exc, TimeoutError):
@@ -128,12 +134,19 @@ class Dashboard:
     def gcs_health(self, timeout: float) -> bool | None:
         """The dashboard's own GCS liveness check (``/api/gcs_healthz``, no auth needed): True
         when it answers healthy, False when it is refused or unhealthy, None when nothing
-        answered within ``timeout`` (late: a busy head behind the port-forward, not a refusal)."""
+        answered within ``timeout`` (late: a busy head behind the port-forward, not a refusal).
+        The dashboard asks the GCS with a 0.1 s deadline and answers 503 "Health check failed:
+        … Deadline Exceeded" when a busy GCS misses it: that is late too, as on the local
+        target (DEADLINE_EXCEEDED is late, a refusal is down)."""
         try:
-            status, _ = self.request("GET", "/api/gcs_healthz", timeout=timeout)
+            status, reason, raw = self.exchange("GET", "/api/gcs_healthz", timeout=timeout)
         except TargetUnavailable as exc:
             return None if isinstance(exc.__cause__, TimeoutError) else False
-        return status == 200
+        if status == 200:
+            return True
+        said = f"{reason} {raw[:300].decode(errors='replace')}".lower()
+        return None if status == 503 and any(
+            w in said for w in ("deadline", "timed out", "timeout")) else False
 
     def gcs_alive(self, timeout: float) -> bool:
         return self.gcs_health(timeout) is True
