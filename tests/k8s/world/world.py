@@ -69,14 +69,8 @@ def default_raycluster(name: str, ns: str, gcs_ft: bool = True, image: str = IMA
         r = json.loads(json.dumps(res))
         for k in ("limits", "requests"):
             r[k].update(extra or {})
-        # This 2-core box is shared: a restarted Ray container's dashboard agent has been
-        # measured taking > 20 s to import under load, and the raylet then aborts waiting for
-        # its port file (a head crash loop that no real cluster with spare CPU shows). A user
-        # on a loaded node would raise the same Ray setting in their RayCluster.
-        env = [{"name": "RAY_agent_register_timeout_ms", "value": "120000"}]
         return {"spec": {"nodeSelector": {"raychaos.io/node-pool": pool}, **spec, "containers": [
-            {"name": cname, "image": image, "imagePullPolicy": "IfNotPresent", "resources": r,
-             "env": env}]}}
+            {"name": cname, "image": image, "imagePullPolicy": "IfNotPresent", "resources": r}]}}
 
     gpu_tol = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     return {
@@ -345,8 +339,14 @@ class World:
 
 
 def _nice_for(pod: dict) -> int:
-    """Workers yield CPU to the head (on Kubernetes the head has CPU of its own: requests)."""
-    return 5 if (pod["metadata"].get("labels") or {}).get("ray.io/node-type") == "worker" else 0
+    """Workers yield CPU to the head, and the head to nothing else on this box (on Kubernetes
+    the head has a node of its own). Measured: at nice 0 on the shared 2-core box, a restarted
+    head container's dashboard agent took > 20 s to start under a task storm and the raylet
+    aborted waiting for its port file ("Timed out waiting for file …metrics_agent_port…"), a
+    crash loop of minutes after a ``gcs``/``head``-mode kill that a head with its own CPU does
+    not show."""
+    kind = (pod["metadata"].get("labels") or {}).get("ray.io/node-type")
+    return 5 if kind == "worker" else -5 if kind == "head" else 0
 
 
 def _alive(pid: int) -> bool:
