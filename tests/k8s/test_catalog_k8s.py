@@ -8,8 +8,9 @@ landed (its evidence) and was undone, and leave the world as it found it: that i
 between runs (no object of a run left, no node cordoned, no qdisc or ifb device on any node or
 pod, the RayCluster's head and workers Ready with 3 ALIVE Ray nodes and the GPU worker's GPU).
 The experiments are the shipped files with only the local target's block and the monitor's
-windows changed (the latter as in ``tests/integration/test_catalog.py``); the command line
-picks the target. Seconds per run are printed at the end of the module.
+windows changed (as in ``tests/integration/test_catalog.py``, but sampled every 0.5 s: see
+``MONITOR_INTERVAL_S``); the command line picks the target. Seconds per run are printed at the
+end of the module.
 """
 
 from __future__ import annotations
@@ -34,11 +35,15 @@ pytestmark = [pytest.mark.k8s,
 REPO = Path(__file__).resolve().parents[2]
 RUN_ID_LABEL = "raychaos.io/run-id"
 SECONDS: dict[str, float] = {}
+#: The monitor asks the dashboard's GCS health through the API server's port-forward, not the
+#: GCS over gRPC: on this shared 2-core box that path answered p50 23 ms, p90 100 ms, p99 166 ms,
+#: so the local tests' 0.2 s interval (a 0.16 s deadline) made 23% of samples late and a 2 s run
+#: of them read as the GCS going down again. 0.5 s (a 0.4 s deadline) measures the same outage.
+MONITOR_INTERVAL_S = 0.5
 
 #: (test id, catalog file, kill_head mode or None)
 CATALOG = [
     ("head-kill-pod", "head-kill", "pod"),
-    ("head-kill-head", "head-kill", "head"),
     ("head-kill-gcs", "head-kill", "gcs"),
     ("shuffle-under-head-kill", "shuffle-under-head-kill", None),
     ("gpu-node-drain", "gpu-node-drain", None),
@@ -85,7 +90,7 @@ def variant(src: str, dest: Path, mode: str | None = None, edit=None) -> Path:  
     data = yaml.safe_load((REPO / "experiments" / f"{src}.yaml").read_text())
     block = next(e for e in data["extensions"] if e.get("name") == "raychaos")
     block.pop("target", None)  # the command line says where
-    block["monitor"] = {"interval_s": 0.2, "settle_s": 3, "recovery_window_s": 10}
+    block["monitor"] = {"interval_s": MONITOR_INTERVAL_S, "settle_s": 3, "recovery_window_s": 10}
     if mode:
         act = next(a for a in data["method"] if a["provider"]["func"] == "kill_head")
         act["provider"].setdefault("arguments", {})["mode"] = mode
