@@ -53,8 +53,17 @@ CATALOG = [
 ]
 
 
+#: On a real cluster neither the API server (a control-plane node) nor raychaos (a laptop, a
+#: CI runner) shares CPU with the Ray nodes under load; here both share 2 cores with them. So the
+#: world (its threads inherit this thread's priority) and the ``raychaos run`` processes run at
+#: the head's priority (the world's kubelet runs Ray workers at nice 5, the head at -5).
+CONTROL_PLANE_NICE = -5
+
+
 def start_world(name: str, gcs_ft: bool = True) -> World:
     t0 = time.monotonic()
+    SECONDS.setdefault("_nice_before", float(os.getpriority(os.PRIO_PROCESS, 0)))
+    os.setpriority(os.PRIO_PROCESS, 0, CONTROL_PLANE_NICE)  # this thread, and all it starts
     w = World(name=name, gcs_ft=gcs_ft, chaos_mesh=True,
               state_root="/tmp/raychaos-world-tests").start()
     try:
@@ -70,6 +79,7 @@ def stop_world(w: World) -> None:
     t0 = time.monotonic()
     left = w.stop()
     SECONDS[f"world {w.name} down"] = time.monotonic() - t0
+    os.setpriority(os.PRIO_PROCESS, 0, int(SECONDS.pop("_nice_before", 0)))
     assert left == [], left
 
 
