@@ -66,7 +66,7 @@ filters=$(tc filter show dev "$IF" parent ffff: 2>/dev/null | grep -c mirred)
 [ -z "$err" ] || clean
 echo "{REPORT.strip()} {{\\"node\\": \\"$NODE\\", \\"if\\": \\"$IF\\", \\"ips\\": \\"$ips\\", \\
 \\"unresolved\\": \\"$unresolved\\", \\"qdisc\\": \\"$qdisc\\", \\"filters\\": ${{filters:-0}}, \\
-\\"rate\\": \\"$RATE\\", \\"error\\": \\"$(echo $err | tr '\\n"' "; ")\\"}}"
+\\"rate\\": \\"$RATE\\", \\"error\\": \\"$(printf '%s' "$err" | tr '\\n"' "; ")\\"}}"
 sleep 2147483647 & wait
 """
 CLEAN_SCRIPT = _COMMON + f"""left=$(ip link show "$IFB" >/dev/null 2>&1 && echo ifb; \\
