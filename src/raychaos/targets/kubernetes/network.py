@@ -132,7 +132,8 @@ def saturate_network(api: ApiSession, ns: str, run_id: str, record: dict[str, An
                      victims: list[dict[str, Any]], peer: dict[str, Any], rate: str | None,
                      flood: bool, flood_s: float, flood_bps: float) -> dict[str, Any]:
     """Shape the victims' bandwidth (Chaos Mesh) and/or flood them from ``peer``; evidence: a
-    transfer peer → first victim measured before and during."""
+    transfer measured before and during — first victim → peer when shaped (the direction a
+    bandwidth action limits), peer → first victim for a flood alone."""
     labels = run_labels(run_id, **{"raychaos.io/fault": "saturate-network"})
     name = object_name("raychaos-net", run_id)
     undo: dict[str, Any] = {"kind": "saturate_network", "objects": [], "floods": [],
@@ -142,7 +143,10 @@ def saturate_network(api: ApiSession, ns: str, run_id: str, record: dict[str, An
         if rate:
             _networkchaos(api, ns, name, labels, victims, rate)
         return {"victims": [_name(v) for v in victims], "dry_run": True}
-    before = measure_transfer(api, ns, peer, victims[0])
+    # a NetworkChaos bandwidth action shapes what the victims send (tbf on their interface's
+    # egress): measure that direction; a flood alone competes for what the victim receives
+    src, dst = (victims[0], peer) if rate else (peer, victims[0])
+    before = measure_transfer(api, ns, src, dst)
     evidence: dict[str, Any] = {"victims": [_name(v) for v in victims], "peer": _name(peer),
                                 "before": before, "rate": rate, "flood": flood}
     if rate:
@@ -165,7 +169,7 @@ def saturate_network(api: ApiSession, ns: str, run_id: str, record: dict[str, An
                                      flood_s + 30))
         _open_floods[undo["id"]] = streams
         time.sleep(0.5)
-    during = measure_transfer(api, ns, peer, victims[0])
+    during = measure_transfer(api, ns, src, dst)
     evidence["during"] = during
     if during["rate_bps"] >= before["rate_bps"] * 0.8:
         raise FaultFailed(f"saturate_network: no measurable effect on {_name(victims[0])}: "
