@@ -9,7 +9,9 @@ The rate is a pace, not a quota: submissions missed while the cluster stalled ar
 up afterwards (a burst of catch-up submissions would hide the stall in the throughput). A task
 still pending after ``--timeout`` is cancelled and counted as failed. ``--task-ms`` makes each
 task sleep, so tasks are in flight on every node (what a node loss needs to hurt); with
-``--max-retries 0`` a task on a node that dies fails instead of moving.
+``--max-retries 0`` a task on a node that dies fails instead of moving. ``--spread`` places the
+tasks round the nodes (Ray's ``SPREAD``): a task is 1 % of a CPU, so by default all of them fit
+on the driver's own node and no task crosses a link — a network fault could not touch them.
 
 Run it as a Ray job (``raychaos`` does), or by hand::
 
@@ -46,12 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=10.0, help="a task slower is a failure")
     parser.add_argument("--max-retries", type=int, default=5, help="Ray's max_retries per task")
     parser.add_argument("--task-ms", type=float, default=0.0, help="each task sleeps this long")
+    parser.add_argument("--spread", action="store_true",
+                        help="place tasks round the nodes (SPREAD), so they cross links")
     parser.add_argument("--name", default="task_storm", help="load name in the stats lines")
     args = parser.parse_args(argv)
 
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False)
     stats = SecondStats(args.name)
-    task = noop.options(max_retries=args.max_retries)
+    task = noop.options(max_retries=args.max_retries,
+                        scheduling_strategy="SPREAD" if args.spread else "DEFAULT")
     sleep_s = args.task_ms / 1000.0
     pending: dict[ray.ObjectRef, float] = {}
     start = time.monotonic()

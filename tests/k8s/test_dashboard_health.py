@@ -40,12 +40,13 @@ def test_healthy_refused_and_late_are_three_answers():
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
     try:
-        def health(port: int) -> bool | None:
-            return Dashboard(lambda: f"http://127.0.0.1:{port}").gcs_health(0.3)
+        def health(port: int) -> tuple[bool, bool]:
+            up, _why, late = Dashboard(lambda: f"http://127.0.0.1:{port}").gcs_health(0.3)
+            return up, late
 
-        assert health(ok.getsockname()[1]) is True
-        assert health(closed) is False, "a refused connection is down"
-        assert health(silent.getsockname()[1]) is None, "no answer in time is late, not down"
+        assert health(ok.getsockname()[1]) == (True, False)
+        assert health(closed) == (False, False), "a refused connection is down"
+        assert health(silent.getsockname()[1]) == (False, True), "no answer in time is late"
     finally:
         for sock in (ok, silent, *held):
             sock.close()
@@ -59,9 +60,9 @@ def test_a_503_for_a_missed_deadline_is_late_and_for_a_refusal_is_down():
                       b"Connection: close\r\n\r\n")
     try:
         assert Dashboard(lambda: f"http://127.0.0.1:{late.getsockname()[1]}").gcs_health(
-            1.0) is None
+            1.0)[::2] == (False, True)
         assert Dashboard(lambda: f"http://127.0.0.1:{down.getsockname()[1]}").gcs_health(
-            1.0) is False
+            1.0)[::2] == (False, False)
     finally:
         late.close()
         down.close()

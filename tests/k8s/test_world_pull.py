@@ -17,6 +17,7 @@ from kubernetes import client, config
 from kubernetes.stream import stream
 
 from raychaos.targets.kubernetes import network as k8s_network
+from raychaos.targets.kubernetes import registry as k8s_registry
 from raychaos.targets.kubernetes.client import ApiSession
 from tests.k8s.world import NodeSpec, World
 from tests.k8s.world import resources as R
@@ -95,7 +96,7 @@ def throttle_daemonset(node: str, rate: str) -> dict:
                         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                             {"matchFields": [{"key": "metadata.name", "operator": "In",
                                               "values": [node]}]}]}}},
-                    "containers": [{"name": "tc", "image": k8s_network.TOOL_IMAGE,
+                    "containers": [{"name": "tc", "image": k8s_registry.TOOL_IMAGE,
                                     "command": ["sh", "-c", IFB_SCRIPT],
                                     "env": [{"name": "RATE", "value": rate},
                                             {"name": "HOSTS", "value": "registry.raychaos.test"}],
@@ -138,8 +139,10 @@ def test_the_harness_throttle_daemonset_lands_on_its_node(world):
     api = ApiSession.connect(world.kubeconfig, None)
     record: dict = {}
     try:
-        k8s_network.throttle_registry_pulls(api, "ray", "run2", record, rate="8mbit",
-                                            nodes=["n2"], registry_hosts=["registry-1.docker.io"])
+        evidence = k8s_registry.throttle_registry_pulls(api, "ray", "run2", record, rate="8mbit",
+                                                        nodes=["n2"],
+                                                        hosts=["registry.raychaos.test"])
+        assert evidence["reports"]["n2"].get("filters"), evidence
         t0 = time.monotonic()
         while time.monotonic() - t0 < 30 and not [
                 p for p in world.store.list("pods", "ray", "raychaos.io/run-id=run2")
@@ -149,7 +152,9 @@ def test_the_harness_throttle_daemonset_lands_on_its_node(world):
         assert pod["spec"]["nodeName"] == "n2"
         assert pod["status"]["podIP"] == world.net.nodes["n2"].uplink_ip  # hostNetwork
     finally:
-        k8s_network.delete_created(api, record["undo"])
+        if "undo" in record:
+            k8s_network.delete_created(api, record["undo"])
+            k8s_registry.clean_nodes(api, "ray", record["undo"])
         api.close()
     t0 = time.monotonic()
     while world.store.list("pods", "ray", "raychaos.io/run-id=run2") and \

@@ -49,8 +49,9 @@ class FakeTarget:
                  lose_workers: bool = False, job_rate: int = 50, job_failures: int = 0,
                  workers: int = 2, reregister: bool = True, reregister_s: float = 0.1,
                  observe_delay_s: float = 0.0, zombie_jobs: bool = False,
-                 undo_wait_s: float = 10.0) -> None:
+                 undo_wait_s: float = 10.0, reports_known: bool = True) -> None:
         self.run_id = ""
+        self.reports_known = reports_known  # False: like Kubernetes, which raylets reported?
         self.outage_s = outage_s
         self.head_comes_back = head_comes_back
         self.lose_workers = lose_workers
@@ -135,6 +136,8 @@ class FakeTarget:
         fresh = back is None or (self.reregister and time.monotonic() - back >= self.reregister_s)
         reported = frozenset(n.node_id for n in nodes if n.state == "ALIVE"
                              and (n.is_head or fresh))
+        if not self.reports_known:  # only the (restored) node table: no re-registration signal
+            return Observation(True, nodes=nodes)
         return Observation(True, nodes=nodes, reported=reported, incarnation=self.head_pid)
 
     def dashboard_url(self) -> str:

@@ -8,13 +8,14 @@ import time
 
 import pytest
 
-from raychaos.config.settings import RaychaosSettings
+from raychaos.config.settings import RaychaosSettings, SloProfile, SloSpec
 from raychaos.context import Run, activate, deactivate
 from raychaos.errors import ConfigError, NotRecovered
 from raychaos.faults.head import kill_head
 from raychaos.faults.network import saturate_network
 from raychaos.faults.rollback import undo_all
 from raychaos.observe.monitor import Monitor
+from raychaos.observe.slo import evaluate
 from raychaos.probes.gcs import gcs_recovery
 from raychaos.results.store import Clock, Ledger, Timeline, read_timeline
 from tests.unit.fake_target import FakeTarget
@@ -140,6 +141,56 @@ def test_unknown_workers_before_the_kill_are_not_a_vacuous_pass(run, monkeypatch
     ev = gcs_recovery(timeout_s=5, stable_s=0.3)
     assert ev["workers_before"] is None and ev["nodes_recovery_s"] is None
     assert r.probes[-1]["verdict"] == "unknown", "not observed: the run errors"
+
+
+def test_a_target_that_cannot_tell_reregistration_is_not_all_reregistered(run):
+    """Like the Kubernetes target: only the restored node table, which lists the old workers
+    ALIVE at once. The GCS figure is judged; the workers' is not observed (never a pass)."""
+    r = run(outage_s=0.3, reports_known=False)
+    kill_head(mode="head", wait_s=5)
+    ev = gcs_recovery(timeout_s=5, stable_s=0.3)
+    assert ev["reregistration"] == "unknown" and ev["workers_not_reregistered"] is None
+    assert ev["nodes_recovery_s"] is None, "ALIVE in a restored table is no re-registration"
+    assert ev["nodes_alive_s"] is not None and ev["gcs_recovery_s"] is not None
+    assert r.probes[-1]["verdict"] == "unknown", "not observed: the run errors"
+    assert "re-registered" in ev["unobserved"][0]
+    profile = SloProfile(name="p", slos=[
+        SloSpec(name="gcs", metric="gcs_recovery_s", threshold=30),
+        SloSpec(name="workers", metric="nodes_recovery_s", threshold=30)])
+    rows, _ = evaluate(profile, read_timeline(r.timeline.path), r.probes)
+    assert {row["name"]: row["verdict"] for row in rows} == {"gcs": "pass", "workers": "error"}
+    assert "could not observe which workers re-registered" in rows[1]["evidence"]["note"]
+
+
+def test_workers_visibly_lost_fail_where_reregistration_cannot_be_told(run):
+    r = run(outage_s=0.3, reports_known=False, lose_workers=True)
+    kill_head(mode="head", wait_s=5)
+    ev = gcs_recovery(timeout_s=2, stable_s=0.3)
+    assert ev["nodes_alive_s"] is None and ev["workers_lost"]
+    assert r.probes[-1]["verdict"] == "fail", "what was seen lost is a fail, not an error"
+
+
+@pytest.mark.parametrize("reports_known", [False, True])
+def test_workers_alive_in_the_restored_table_then_dead_fail(run, reports_known):
+    """Seen on the KubeRay world (head pod deleted): the new GCS listed both old workers ALIVE,
+    then its health checks marked them DEAD; the probe passed on the first sample. Lost by the
+    end is a fail, whether re-registration can be told or not."""
+    r = run(outage_s=0.3, reports_known=reports_known)
+    kill_head(mode="head", wait_s=5)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not any(
+            x["kind"] == "sample" and x["t"] > 0.5 and x.get("alive_ids")
+            for x in read_timeline(r.timeline.path) if x["t"] >= 0):
+        time.sleep(0.05)
+    time.sleep(0.6)  # the GCS has answered steadily, the workers read ALIVE
+    r.target.lost = set(r.target.worker_ids)  # ... then DEAD
+    time.sleep(0.3)
+    ev = gcs_recovery(timeout_s=2, stable_s=0.3)
+    assert ev["nodes_alive_s"] is not None and ev["workers_lost"] == ev["workers_before"]
+    assert not ev["recovered"] and r.probes[-1]["verdict"] == "fail"
+    from raychaos.run.verdict import _probe_reason
+
+    assert _probe_reason("gcs_recovery", "fail", ev).startswith("workers lost: ")
 
 
 def test_workers_before_come_from_the_monitor_when_the_gcs_is_slow(run, monkeypatch):

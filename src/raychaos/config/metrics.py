@@ -38,8 +38,8 @@ _ALL = [
            "of uninterrupted GCS answers", "gcs_recovery_s"),
     Metric("nodes_recovery_s", "s", "lower", "probe:gcs_recovery",
            "seconds from the kill until every worker alive before it is ALIVE with its node ID "
-           "AND its raylet has reported to the new GCS (re-registered, measured where the "
-           "target can tell)", "nodes_recovery_s"),
+           "AND its raylet has reported to the new GCS (re-registered; a target that cannot "
+           "tell leaves it unmeasured, an error, never assumed)", "nodes_recovery_s"),
     Metric("gcs_flaps", "count", "lower", "probe:gcs_recovery",
            "times the GCS went down again after its first answer following the kill",
            "gcs_flaps_after_first_answer"),

@@ -20,11 +20,13 @@ run without a kill, from the first ``fault_start``:
   pull of each raylet's resource load — see :mod:`raychaos.targets.local.gcs`). A restored
   GCS lists the old workers ALIVE at once from its table, so ALIVE alone proves nothing;
   ``reregistration`` says ``measured`` when the samples carried that evidence and
-  ``assumed`` when the target cannot tell (then ALIVE with the same ID is all there is);
-  ``reregistered_s`` gives each worker's first report after the kill. Without the list of
-  workers before the kill, ``workers_before_unknown`` is set and the figure is None: not
-  observed, never a vacuous pass. For a run without a kill, it is the first sample with as
-  many nodes alive as before the fault;
+  ``unknown`` when the target cannot tell (the Kubernetes target: its dashboard shows only
+  the restored table) — then ``nodes_recovery_s`` is None, never the ALIVE-in-the-table time
+  (which equals ``gcs_recovery_s`` by construction), and ``nodes_alive_s`` gives that time for
+  what it is worth; ``reregistered_s`` gives each worker's first report after the kill.
+  Without the list of workers before the kill, ``workers_before_unknown`` is set and the
+  figure is None: not observed, never a vacuous pass. For a run without a kill, it is the
+  first sample with as many nodes alive as before the fault;
 - ``gpus_back_s``: until the GPU total is back at its pre-fault level (0 when it never dropped);
 - ``outage_max_gap_s`` / ``outage_samples_per_s``: how densely the monitor sampled the outage
   (first down sample to first answer) — the resolution of the figures above.
@@ -141,7 +143,7 @@ def recovery_figures(records: list[dict[str, Any]], stable_s: float = STABLE_S
     out: dict[str, Any] = {"gcs_down_s": None, "gcs_first_answer_s": None,
                            "gcs_recovery_s": None, "gcs_flaps": 0,
                            "gcs_flaps_after_recovery": 0, "nodes_recovery_s": None,
-                           "gpus_back_s": None, "reregistration": None,
+                           "gpus_back_s": None, "reregistration": None, "nodes_alive_s": None,
                            "reregistered_s": {}, "workers_before_unknown": False,
                            "outage_max_gap_s": None, "outage_samples_per_s": None}
     if t0 is None or not samples:
@@ -173,6 +175,9 @@ def recovery_figures(records: list[dict[str, Any]], stable_s: float = STABLE_S
         if head_kill and workers_before is None:
             out["workers_before_unknown"] = True
         elif head_kill:
+            alive = next((s["t"] for s in after if s["t"] >= recovered_at
+                          and _alive(s, workers_before or set())), None)
+            out["nodes_alive_s"] = None if alive is None else round(alive - t0, 3)
             back = next((s["t"] for s in after if s["t"] >= recovered_at
                          and _rejoined(s, workers_before or set(), out["_incarnation"])), None)
             out["nodes_recovery_s"] = None if back is None else round(back - t0, 3)
@@ -205,7 +210,7 @@ def _reregistration(samples: list[dict[str, Any]], after: list[dict[str, Any]], 
             for wid in s.get("reported_ids") or []:
                 if wid in (workers or set()) and wid not in times:
                     times[wid] = round(s["t"] - t0, 3)
-    return {"reregistration": "measured" if measured else "assumed", "reregistered_s": times,
+    return {"reregistration": "measured" if measured else "unknown", "reregistered_s": times,
             "_incarnation": incarnation}
 
 
@@ -216,12 +221,16 @@ def _new_incarnation(sample: dict[str, Any], incarnation: Any) -> bool:
     return incarnation is None or now is None or now != incarnation
 
 
+def _alive(sample: dict[str, Any], workers: set[str]) -> bool:
+    """Every worker of ``workers`` is ALIVE with its node ID in the GCS's table of ``sample``
+    (a restored table says so at once: no proof of re-registration)."""
+    return bool(sample.get("gcs_up")) and workers <= set(sample.get("alive_ids") or [])
+
+
 def _rejoined(sample: dict[str, Any], workers: set[str], incarnation: Any) -> bool:
-    """Every worker of ``workers`` is ALIVE in ``sample`` — and, where the sample says which
-    raylets reported to the current GCS, reported to a GCS incarnation after the kill."""
-    if not sample.get("gcs_up") or not workers <= set(sample.get("alive_ids") or []):
-        return False
+    """Every worker of ``workers`` is ALIVE in ``sample`` and its raylet reported to a GCS
+    incarnation after the kill. A sample that cannot say which raylets reported proves nothing
+    (never "all re-registered")."""
     reported = sample.get("reported_ids")
-    if not isinstance(reported, list):
-        return True  # the target cannot tell: ALIVE with the same node ID is all there is
-    return _new_incarnation(sample, incarnation) and workers <= set(reported)
+    return (_alive(sample, workers) and isinstance(reported, list)
+            and _new_incarnation(sample, incarnation) and workers <= set(reported))

@@ -28,7 +28,7 @@ from raychaos.config.settings import SloProfile, SloSpec
 from raychaos.observe.loadstats import aggregate, load_end, load_names, series, time_back
 from raychaos.observe.windows import windows
 
-__all__ = ["OPS", "evaluate", "metric_value", "weighted_percentile", "windows"]
+__all__ = ["OPS", "evaluate", "metric_value", "said", "weighted_percentile", "windows"]
 
 OPS = {
     "<=": lambda v, t: v <= t,
@@ -39,6 +39,13 @@ OPS = {
 }
 Wins = dict[str, tuple[float, float]]
 Measured = tuple[float | None, str, dict[str, Any]]  # (value, verdict when None, evidence)
+
+
+def said(unobserved: Any) -> str:
+    """A probe's ``unobserved`` (a list of things, or one) as words."""
+    if isinstance(unobserved, list):
+        return "; ".join(map(str, unobserved))
+    return str(unobserved)
 
 
 def weighted_percentile(pairs: Iterable[tuple[float | None, float]], q: float) -> float | None:
@@ -56,13 +63,16 @@ def _from_probe(slo: SloSpec, probes: dict[str, dict[str, Any]]) -> Measured:
                                "note": f"not measured: the {probe} probe recorded nothing"}
     verdict = entry.get("verdict")
     evidence = entry.get("evidence") or {}
-    if verdict == "unknown":
+    key = METRICS[slo.metric].evidence_key or slo.metric
+    # a probe that could not observe everything: only what it names as unobserved (all of it
+    # when it names nothing) is not measured; what it did see is judged
+    blind = evidence.get("unobserved_keys")
+    if verdict == "unknown" and (not isinstance(blind, list) or key in blind):
         return None, "error", {"probe": probe, "note": f"not measured: the {probe} probe "
                                                        f"could not observe "
-                                                       f"{evidence.get('unobserved')}"}
+                                                       f"{said(evidence.get('unobserved'))}"}
     if verdict == "n/a":
         return None, "n/a", {"probe": probe, "note": evidence.get("note", "not applicable")}
-    key = METRICS[slo.metric].evidence_key or slo.metric
     value = evidence.get(key)
     if isinstance(value, bool):
         value = float(value)

@@ -5,9 +5,12 @@ stretch of at least 5 s in which every sample found the GCS answering (a GCS tha
 and then goes away again has not recovered; the first answer and the flaps are reported too), and
 the first sample in which every worker that was alive before the fault (same node IDs: not
 replaced) was ALIVE again and had re-registered — its raylet reported to the new GCS
-incarnation, where the target can tell (``reregistration: measured``; otherwise ``assumed``).
-Without the list of workers alive before the kill the probe could not observe re-registration:
-its verdict is ``unknown`` (the run errors), never a vacuous pass.
+incarnation (``reregistration: measured``). Where the target cannot tell which raylets reported
+to the new GCS (``reregistration: unknown``: the Kubernetes target reads only the restored node
+table, which lists the old workers ALIVE at once), and where the list of workers alive before
+the kill is missing, the probe could not observe re-registration: ``nodes_recovery_s`` is None,
+its verdict ``unknown`` (the run errors), never a vacuous pass — unless workers are visibly
+lost (not ALIVE): that is a ``fail`` whatever else could not be seen.
 """
 
 from __future__ import annotations
@@ -62,7 +65,10 @@ def gcs_recovery(timeout_s: Annotated[float, Range(0, 3600)] = 180.0,
         records = read_timeline(run.timeline.path)
         figures = recovery_figures(records, stable_s)
         done = figures["gcs_recovery_s"] is not None and figures["nodes_recovery_s"] is not None
-        if done or figures["workers_before_unknown"] or time.monotonic() > deadline:
+        blind = figures["gcs_recovery_s"] is not None and (
+            figures["workers_before_unknown"] or figures["reregistration"] == "unknown"
+            and figures["nodes_alive_s"] is not None)  # all that can be seen, seen
+        if done or blind or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     # the workers of the last answer since the kill (the very last sample may be a late one
@@ -73,7 +79,7 @@ def gcs_recovery(timeout_s: Annotated[float, Range(0, 3600)] = 180.0,
     evidence = {
         "mode": kill.get("mode"), "killed_at": kill.get("killed_at"),
         **{k: figures[k] for k in ("gcs_recovery_s", "gcs_first_answer_s", "nodes_recovery_s",
-                                   "gcs_down_s", "gpus_back_s")},
+                                   "nodes_alive_s", "gcs_down_s", "gpus_back_s")},
         "gcs_flaps_after_first_answer": figures["gcs_flaps"],
         "reregistration": figures["reregistration"],
         "reregistered_s": figures["reregistered_s"],
@@ -90,10 +96,24 @@ def gcs_recovery(timeout_s: Annotated[float, Range(0, 3600)] = 180.0,
     }
     evidence["head_replaced"] = (evidence["new_head"].get("pid") != (kill.get("old") or {}).get(
         "pid")) if evidence["new_head"].get("pid") else None
+    # back, then gone by the end (the restored table's ALIVE until the GCS's health checks
+    # said otherwise, or a worker that came back and died): lost is lost
+    done = done and not evidence["workers_lost"]
     evidence["recovered"] = done
     verdict = "pass" if done else "fail"
+    unobserved = []
     if known_before is None:
-        evidence["unobserved"] = "the workers alive before the kill (the GCS did not answer)"
-        verdict = "unknown" if figures["gcs_recovery_s"] is not None else "fail"
+        unobserved.append("the workers alive before the kill (the GCS did not answer)")
+    elif figures["reregistration"] == "unknown" and figures["gcs_recovery_s"] is not None:
+        unobserved.append(f"which workers re-registered with the new GCS (the "
+                          f"{run.target.kind} target cannot tell; its node table lists them "
+                          f"ALIVE from before the kill)")
+    if unobserved:
+        # what could not be seen is not a pass; workers visibly lost are a fail all the same
+        evidence["unobserved"] = unobserved
+        evidence["unobserved_keys"] = ["nodes_recovery_s"]
+        seen_lost = bool(evidence["workers_lost"]) or figures["nodes_alive_s"] is None
+        verdict = "unknown" if figures["gcs_recovery_s"] is not None and not (
+            known_before is not None and seen_lost) else "fail"
     run.record_probe("gcs_recovery", verdict, evidence)
     return evidence

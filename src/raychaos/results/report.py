@@ -171,7 +171,8 @@ _RECOVERY_LABELS = {
     "gcs_first_answer_s": "GCS first answer after the kill",
     "gcs_recovery_s": "GCS steady (first 5 s without a miss) after the kill",
     "gcs_flaps": "GCS flaps after its first answer",
-    "nodes_recovery_s": "every earlier worker ALIVE again, same node ID",
+    "nodes_recovery_s": "every earlier worker ALIVE again, same node ID, re-registered",
+    "nodes_alive_s": "every earlier worker ALIVE in the GCS's table (no proof of re-registration)",
     "gpus_back_s": "GPU capacity back at its level before the fault",
 }
 

@@ -76,8 +76,15 @@ def probe_figure(probe: dict[str, Any]) -> str:
     name = str(probe.get("name"))
     if ev.get("error"):
         return f"error: {ev['error']}"
-    if ev.get("unobserved"):
-        return f"could not observe {', '.join(map(str, ev['unobserved']))}"
+    unseen = ev.get("unobserved")
+    blind = (f"could not observe {'; '.join(map(str, unseen))}" if isinstance(unseen, list)
+             else f"could not observe {unseen}" if unseen else "")
+    if name == "gcs_recovery" and ev.get("gcs_recovery_s") is not None and blind:
+        lost = ev.get("workers_lost") or []
+        return (f"GCS back in {fmt_s(ev['gcs_recovery_s'])}; {blind}"
+                + (f"; lost {', '.join(map(str, lost))}" if lost else ""))
+    if blind:
+        return blind
     if name == "gcs_recovery":
         gcs, nodes = ev.get("gcs_recovery_s"), ev.get("nodes_recovery_s")
         text = f"GCS back in {fmt_s(gcs)}" if gcs is not None else "GCS did not recover"
@@ -275,6 +282,9 @@ def story(summary: dict[str, Any], records: list[dict[str, Any]], recovery: dict
     nodes = recovery.get("nodes_recovery_s")
     if down and nodes is not None:
         out.append(f"Every worker alive before the fault was back {fmt_s(nodes)} after it.")
+    elif down and recovery.get("reregistration") == "unknown":
+        out.append("Whether the workers re-registered with the new GCS could not be seen "
+                   "(the node table lists them ALIVE from before the kill).")
     out += [s + "." for s in (_load_sentence(n, per) for n, per in sorted(loads.items())) if s]
     lost = _losses(summary, recovery, loads)
     out.append("Lost: " + "; ".join(lost) + "." if lost else "Nothing was lost.")

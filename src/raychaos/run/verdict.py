@@ -32,7 +32,7 @@ from raychaos.context import Run
 from raychaos.observe.loadstats import load_report
 from raychaos.observe.monitor import Monitor, sample_gaps
 from raychaos.observe.recovery import recovery_figures
-from raychaos.observe.slo import evaluate
+from raychaos.observe.slo import evaluate, said
 from raychaos.observe.windows import windows
 from raychaos.results.checks import check, slo_message, worst
 from raychaos.results.store import Ev, read_timeline
@@ -112,7 +112,7 @@ def _flaps(reasons: _Reasons, records: list[dict[str, Any]]) -> dict[str, Any] |
 
 def _probe_reason(name: str, verdict: str, ev: dict[str, Any]) -> str:
     if verdict == "unknown":
-        return f"could not observe {ev.get('unobserved')}"
+        return f"could not observe {said(ev.get('unobserved'))}"
     if verdict != "fail":
         return ""
     if name == "job_survival":
@@ -120,6 +120,9 @@ def _probe_reason(name: str, verdict: str, ev: dict[str, Any]) -> str:
     if name == "sentinel_preserved":
         bad = [k for k in ("found", "reachable", "same_pid", "state_preserved") if not ev.get(k)]
         return f"the sentinel actor was not preserved ({', '.join(bad)} false)"
+    if name == "gcs_recovery" and ev.get("workers_lost"):
+        return (f"workers lost: {', '.join(map(str, ev['workers_lost']))} (alive before the "
+                f"kill, not ALIVE at the end; gcs_recovery_s {ev.get('gcs_recovery_s')})")
     if name == "gcs_recovery":
         return (f"not recovered within the probe's timeout: gcs_recovery_s "
                 f"{ev.get('gcs_recovery_s')}, nodes_recovery_s {ev.get('nodes_recovery_s')}, "

@@ -131,25 +131,26 @@ class Dashboard:
         self._local.conn = None
 
     # --- what the monitor asks -----------------------------------------------------------------
-    def gcs_health(self, timeout: float) -> bool | None:
-        """The dashboard's own GCS liveness check (``/api/gcs_healthz``, no auth needed): True
-        when it answers healthy, False when it is refused or unhealthy, None when nothing
-        answered within ``timeout`` (late: a busy head behind the port-forward, not a refusal).
-        The dashboard asks the GCS with a 0.1 s deadline and answers 503 "Health check failed:
-        … Deadline Exceeded" when a busy GCS misses it: that is late too, as on the local
-        target (DEADLINE_EXCEEDED is late, a refusal is down)."""
+    def gcs_alive(self, timeout: float) -> bool:
+        """The dashboard's own GCS liveness check (``/api/gcs_healthz``, no auth needed)."""
+        return self.gcs_health(timeout)[0]
+
+    def gcs_health(self, timeout: float) -> tuple[bool, str | None, bool]:
+        """``(up, why not, late)``: late is no answer within ``timeout`` and no refusal either
+        (a busy dashboard or GCS) — not the same as a head that is gone (the port-forward
+        closes the connection at once, or the dashboard says the GCS is not healthy). The
+        dashboard asks the GCS with a 0.1 s deadline and answers 503 "Health check failed: …
+        Deadline Exceeded" when a busy GCS misses it: late too, as on the local target
+        (DEADLINE_EXCEEDED is late, a refusal is down)."""
         try:
             status, reason, raw = self.exchange("GET", "/api/gcs_healthz", timeout=timeout)
         except TargetUnavailable as exc:
-            return None if isinstance(exc.__cause__, TimeoutError) else False
+            return False, str(exc), isinstance(exc.__cause__, TimeoutError)
         if status == 200:
-            return True
+            return True, None, False
         said = f"{reason} {raw[:300].decode(errors='replace')}".lower()
-        return None if status == 503 and any(
-            w in said for w in ("deadline", "timed out", "timeout")) else False
-
-    def gcs_alive(self, timeout: float) -> bool:
-        return self.gcs_health(timeout) is True
+        late = status == 503 and any(w in said for w in ("deadline", "timed out", "timeout"))
+        return False, f"/api/gcs_healthz: HTTP {status} {reason}".strip(), late
 
     def ray_nodes(self, timeout: float) -> list[dict[str, Any]]:
         """Ray's node table (the state API, read from the GCS), dead nodes included."""

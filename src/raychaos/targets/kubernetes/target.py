@@ -207,23 +207,17 @@ class KubernetesTarget:
 
     def gcs_alive(self, timeout: float = 0.5) -> bool:
         """The dashboard's GCS health check through the port-forward; False when unreachable."""
-        try:
-            return self._handle().dashboard.gcs_alive(timeout)
-        except TargetUnavailable:
-            return False
+        return self.handle is not None and self.handle.dashboard.gcs_alive(timeout)
 
     def observe(self, deadline_s: float = 0.1) -> Observation:
-        """The dashboard's GCS health (late when it did not answer in time, down when refused)
-        and Ray's node table; re-registration is not known (``reported``)."""
+        """The dashboard's GCS check (a timeout is ``late``, not down) and Ray's node table;
+        which raylets re-registered is not known here (``reported`` None: never a pass)."""
         t0 = time.monotonic()
         wait = max(deadline_s, 0.05)
-        try:
-            health = self._handle().dashboard.gcs_health(wait)
-        except TargetUnavailable:
-            health = False
-        if health is not True:  # None: no answer in time, but no refusal either
-            return Observation(False, error=f"no answer within {wait:g} s" if health is None
-                               else "the GCS did not answer", late=health is None,
+        up, why, late = (self.handle.dashboard.gcs_health(wait) if self.handle
+                         else (False, "kubernetes target: connect() was not called", False))
+        if not up:
+            return Observation(False, error=why or "the GCS did not answer", late=late,
                                latency_s=time.monotonic() - t0)
         try:  # within what is left of the deadline: a slow node table is unknown, not late
             nodes = self._handle().nodes(max(wait - (time.monotonic() - t0), 0.05))
