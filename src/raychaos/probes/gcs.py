@@ -71,9 +71,11 @@ def gcs_recovery(timeout_s: Annotated[float, Range(0, 3600)] = 180.0,
         if done or blind or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    last: dict[str, Any] = next((r for r in reversed(records) if r.get("kind") == "sample"),
-                                {})
-    workers_after = set(last.get("alive_ids") or []) if last.get("gcs_up") else set()
+    # the workers of the last answer since the kill (the very last sample may be a late one
+    # from a busy GCS, or one without the node table: neither says anything about them)
+    last: dict[str, Any] = next((r for r in reversed(records) if r.get("kind") == "sample"
+                                 and "alive_ids" in r and r["t"] >= kill["t"]), {})
+    workers_after = set(last.get("alive_ids") or [])
     evidence = {
         "mode": kill.get("mode"), "killed_at": kill.get("killed_at"),
         **{k: figures[k] for k in ("gcs_recovery_s", "gcs_first_answer_s", "nodes_recovery_s",

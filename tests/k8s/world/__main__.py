@@ -41,6 +41,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
             s.add_argument("--image-mb", type=float, default=16.0)
             s.add_argument("--port", type=int, default=0, help="API server port (0: any)")
             s.add_argument("--timeout", type=float, default=600.0)
+            s.add_argument("--chaos-mesh", action="store_true",
+                           help="serve the NetworkChaos CRD and act on it (a minimal Chaos Mesh)")
     return p.parse_args(argv)
 
 
@@ -57,7 +59,7 @@ def serve(a: argparse.Namespace) -> int:
                   gcs_ft=not a.no_gcs_ft, state_root=a.state_root,
                   replacement_delay_s=a.replacement_delay,
                   head_restart_policy=a.head_restart_policy, image_mb=a.image_mb, port=a.port,
-                  keep_state=True)
+                  keep_state=True, chaos_mesh=a.chaos_mesh)
     try:
         world.start()
         (folder / "daemon.pid").write_text(str(os.getpid()))
@@ -93,6 +95,8 @@ def up(a: argparse.Namespace) -> int:
             "--port", str(a.port), "--timeout", str(a.timeout)]
     if a.no_gcs_ft:
         argv.append("--no-gcs-ft")
+    if a.chaos_mesh:
+        argv.append("--chaos-mesh")
     if a.head_restart_policy:
         argv += ["--head-restart-policy", a.head_restart_policy]
     log = open(folder / "daemon.log", "ab")  # noqa: SIM115 - the daemon's

@@ -339,8 +339,14 @@ class World:
 
 
 def _nice_for(pod: dict) -> int:
-    """Workers yield CPU to the head (on Kubernetes the head has CPU of its own: requests)."""
-    return 5 if (pod["metadata"].get("labels") or {}).get("ray.io/node-type") == "worker" else 0
+    """Workers yield CPU to the head, and the head to nothing else on this box (on Kubernetes
+    the head has a node of its own). Measured: at nice 0 on the shared 2-core box, a restarted
+    head container's dashboard agent took > 20 s to start under a task storm and the raylet
+    aborted waiting for its port file ("Timed out waiting for file …metrics_agent_port…"), a
+    crash loop of minutes after a ``gcs``/``head``-mode kill that a head with its own CPU does
+    not show."""
+    kind = (pod["metadata"].get("labels") or {}).get("ray.io/node-type")
+    return 5 if kind == "worker" else -5 if kind == "head" else 0
 
 
 def _alive(pid: int) -> bool:

@@ -81,6 +81,12 @@ class Dashboard:
     # --- plain HTTP, one keep-alive connection per thread ------------------------------------
     def request(self, method: str, path: str, body: Any = None,
                 timeout: float = 10.0) -> tuple[int, bytes]:
+        status, _reason, raw = self.exchange(method, path, body, timeout)
+        return status, raw
+
+    def exchange(self, method: str, path: str, body: Any = None,
+                 timeout: float = 10.0) -> tuple[int, str, bytes]:
+        """(status, reason phrase, body) of one request."""
         parts = urlsplit(self.url)
         base = parts.path.rstrip("/")
         data = json.dumps(body).encode() if body is not None else None
@@ -90,7 +96,7 @@ class Dashboard:
             try:
                 conn.request(method, base + path, body=data, headers=headers)
                 resp = conn.getresponse()
-                return resp.status, resp.read()
+                return resp.status, resp.reason or "", resp.read()
             except (OSError, http.client.HTTPException) as exc:
                 self._drop()
                 if attempt == 2 or isinstance(exc, TimeoutError):
@@ -132,13 +138,19 @@ class Dashboard:
     def gcs_health(self, timeout: float) -> tuple[bool, str | None, bool]:
         """``(up, why not, late)``: late is no answer within ``timeout`` and no refusal either
         (a busy dashboard or GCS) — not the same as a head that is gone (the port-forward
-        closes the connection at once, or the dashboard says the GCS is not healthy)."""
+        closes the connection at once, or the dashboard says the GCS is not healthy). The
+        dashboard asks the GCS with a 0.1 s deadline and answers 503 "Health check failed: …
+        Deadline Exceeded" when a busy GCS misses it: late too, as on the local target
+        (DEADLINE_EXCEEDED is late, a refusal is down)."""
         try:
-            status, _ = self.request("GET", "/api/gcs_healthz", timeout=timeout)
+            status, reason, raw = self.exchange("GET", "/api/gcs_healthz", timeout=timeout)
         except TargetUnavailable as exc:
             return False, str(exc), isinstance(exc.__cause__, TimeoutError)
-        return status == 200, None if status == 200 else f"/api/gcs_healthz: HTTP {status}", \
-            False
+        if status == 200:
+            return True, None, False
+        said = f"{reason} {raw[:300].decode(errors='replace')}".lower()
+        late = status == 503 and any(w in said for w in ("deadline", "timed out", "timeout"))
+        return False, f"/api/gcs_healthz: HTTP {status} {reason}".strip(), late
 
     def ray_nodes(self, timeout: float) -> list[dict[str, Any]]:
         """Ray's node table (the state API, read from the GCS), dead nodes included."""

@@ -37,6 +37,7 @@ from raychaos.targets.kubernetes.safety import (
     is_daemonset_pod,
     is_mirror_pod,
     is_protected,
+    label_value,
     refuse_protected,
 )
 
@@ -171,7 +172,8 @@ def drain_nodes(api: ApiSession, ns: str, cluster: str, run_id: str, record: dic
     to_cordon = [n["metadata"]["name"] for n in nodes if not n["spec"].get("unschedulable")]
     record["undo"] = {"kind": "drain_nodes", "nodes": to_cordon}
     checkpoint(record)
-    cordon = {"spec": {"unschedulable": True}, "metadata": {"labels": {CORDONED_BY: run_id}}}
+    cordon = {"spec": {"unschedulable": True},
+              "metadata": {"labels": {CORDONED_BY: label_value(run_id)}}}
     for name in to_cordon:
         api.write("PATCH", f"/api/v1/nodes/{name}", api.core.patch_node, name, body=cordon)
     evidence: dict[str, Any] = {

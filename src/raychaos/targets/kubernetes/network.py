@@ -17,14 +17,15 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import json
+import threading
 import time
 from typing import Any
 
 from raychaos.errors import FaultFailed, KubeApiError, TargetUnavailable
 from raychaos.results.store import checkpoint
 from raychaos.targets.kubernetes.client import ApiSession
-from raychaos.targets.kubernetes.safety import run_labels
-from raychaos.targets.kubernetes.streams import exec_in, open_exec
+from raychaos.targets.kubernetes.safety import object_name, run_labels
+from raychaos.targets.kubernetes.streams import ExecResult, exec_in, open_exec
 
 __all__ = ["CHAOS_MESH", "chaos_mesh_installed", "delete_created", "delete_labelled",
            "measure_transfer", "saturate_network", "stop_floods"]
@@ -70,12 +71,25 @@ def measure_transfer(api: ApiSession, ns: str, src: dict[str, Any], dst: dict[st
         if "READY" not in (ready or ""):
             raise FaultFailed(f"saturate_network: the transfer probe did not start in "
                               f"{ns}/{_name(dst)}: {ready!r} {ws.read_stderr(timeout=1)!r}")
-        sent = exec_in(api, ns, _name(src), _container(src), _cmd("send", ip, port, seconds),
-                       timeout=seconds + 30)
+        # the sender in a thread: the receiver's stream must be read while it runs (a
+        # WSClient that closes while nobody reads it drops what it had not read yet)
+        sent_box: list[ExecResult] = []
+
+        def send() -> None:
+            try:
+                sent_box.append(exec_in(api, ns, _name(src), _container(src),
+                                        _cmd("send", ip, port, seconds), timeout=seconds + 30))
+            except (KubeApiError, TargetUnavailable) as exc:
+                sent_box.append(ExecResult(None, error=str(exc)))
+
+        sender = threading.Thread(target=send, name="raychaos-netprobe-send", daemon=True)
+        sender.start()
         line = ws.readline_stdout(timeout=seconds + 20) or ""
+        sender.join(timeout=seconds + 35)
     finally:
         ws.close()
         core.api_client.close()
+    sent = sent_box[0] if sent_box else ExecResult(None, error="the sender did not finish")
     try:
         result = json.loads(line)
     except ValueError as exc:
@@ -118,9 +132,10 @@ def saturate_network(api: ApiSession, ns: str, run_id: str, record: dict[str, An
                      victims: list[dict[str, Any]], peer: dict[str, Any], rate: str | None,
                      flood: bool, flood_s: float, flood_bps: float) -> dict[str, Any]:
     """Shape the victims' bandwidth (Chaos Mesh) and/or flood them from ``peer``; evidence: a
-    transfer peer → first victim measured before and during."""
+    transfer measured before and during — first victim → peer when shaped (the direction a
+    bandwidth action limits), peer → first victim for a flood alone."""
     labels = run_labels(run_id, **{"raychaos.io/fault": "saturate-network"})
-    name = f"raychaos-net-{run_id}"[:63].rstrip("-")
+    name = object_name("raychaos-net", run_id)
     undo: dict[str, Any] = {"kind": "saturate_network", "objects": [], "floods": [],
                             "id": record.get("id") or run_id}
     record["undo"] = undo
@@ -128,7 +143,10 @@ def saturate_network(api: ApiSession, ns: str, run_id: str, record: dict[str, An
         if rate:
             _networkchaos(api, ns, name, labels, victims, rate)
         return {"victims": [_name(v) for v in victims], "dry_run": True}
-    before = measure_transfer(api, ns, peer, victims[0])
+    # a NetworkChaos bandwidth action shapes what the victims send (tbf on their interface's
+    # egress): measure that direction; a flood alone competes for what the victim receives
+    src, dst = (victims[0], peer) if rate else (peer, victims[0])
+    before = measure_transfer(api, ns, src, dst)
     evidence: dict[str, Any] = {"victims": [_name(v) for v in victims], "peer": _name(peer),
                                 "before": before, "rate": rate, "flood": flood}
     if rate:
@@ -151,7 +169,7 @@ def saturate_network(api: ApiSession, ns: str, run_id: str, record: dict[str, An
                                      flood_s + 30))
         _open_floods[undo["id"]] = streams
         time.sleep(0.5)
-    during = measure_transfer(api, ns, peer, victims[0])
+    during = measure_transfer(api, ns, src, dst)
     evidence["during"] = during
     if during["rate_bps"] >= before["rate_bps"] * 0.8:
         raise FaultFailed(f"saturate_network: no measurable effect on {_name(victims[0])}: "

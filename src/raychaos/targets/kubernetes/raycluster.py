@@ -57,6 +57,9 @@ class RayClusterHandle:
         self.forwards: dict[str, LocalForward] = {}
         self.given_url = dashboard_url
         self.dashboard = Dashboard(self._dashboard_url)
+        # the node table on a connection of its own: a slow one that times out (and so closes
+        # its connection) must not cost the next GCS health check a new port-forward stream
+        self.node_table = Dashboard(self._dashboard_url)
         self.token_source = "not looked up yet"
         self._serve_rr = itertools.count()
         self.serve_proxies: list[str] = []  # pod IPs Serve reported proxies on
@@ -189,7 +192,7 @@ class RayClusterHandle:
     def find_token(self) -> None:
         token, self.token_source = auth_token(self.api, self.ns, self.raycluster,
                                               self.head_pod())
-        self.dashboard.token = token
+        self.dashboard.token = self.node_table.token = token
 
     def note_serve_proxies(self) -> None:
         """Remember the pods Serve runs proxies on (from the dashboard's Serve API)."""
@@ -204,7 +207,7 @@ class RayClusterHandle:
     def nodes(self, timeout: float) -> list[NodeInfo]:
         """Ray's node table with each ALIVE node named by its pod; a node whose pod is
         terminating (evicted, deleted) reads DRAINING."""
-        rows = self.dashboard.ray_nodes(timeout)
+        rows = self.node_table.ray_nodes(timeout)
         by_ip = {p["status"].get("podIP"): p for p in self.pods() if p.get("status")}
         out = []
         for r in rows:

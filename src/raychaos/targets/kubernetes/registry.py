@@ -26,7 +26,7 @@ from raychaos.errors import FaultFailed, KubeApiError, NothingMatched, RollbackF
 from raychaos.results.store import checkpoint
 from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.informer import watch_until
-from raychaos.targets.kubernetes.safety import run_labels
+from raychaos.targets.kubernetes.safety import label_value, object_name, run_labels
 
 __all__ = ["CLEAN_SCRIPT", "THROTTLE_SCRIPT", "TOOL_IMAGE", "clean_nodes", "registry_hosts",
            "report_of", "restart_pods", "throttle_registry_pulls"]
@@ -66,7 +66,7 @@ filters=$(tc filter show dev "$IF" parent ffff: 2>/dev/null | grep -c mirred)
 [ -z "$err" ] || clean
 echo "{REPORT.strip()} {{\\"node\\": \\"$NODE\\", \\"if\\": \\"$IF\\", \\"ips\\": \\"$ips\\", \\
 \\"unresolved\\": \\"$unresolved\\", \\"qdisc\\": \\"$qdisc\\", \\"filters\\": ${{filters:-0}}, \\
-\\"rate\\": \\"$RATE\\", \\"error\\": \\"$(echo $err | tr '\\n"' "; ")\\"}}"
+\\"rate\\": \\"$RATE\\", \\"error\\": \\"$(printf '%s' "$err" | tr '\\n"' "; ")\\"}}"
 sleep 2147483647 & wait
 """
 CLEAN_SCRIPT = _COMMON + f"""left=$(ip link show "$IFB" >/dev/null 2>&1 && echo ifb; \\
@@ -125,12 +125,12 @@ def throttle_registry_pulls(api: ApiSession, ns: str, run_id: str, record: dict[
     if not nodes or not hosts:
         raise NothingMatched("throttle_registry_pulls: give at least one node and one "
                              "registry host")
-    name = f"raychaos-pull-throttle-{run_id}"[:63].rstrip("-")
+    name = object_name("raychaos-pull-throttle", run_id)
     labels = run_labels(run_id, **{"raychaos.io/fault": "throttle-registry-pulls"})
     body = {
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": name, "namespace": ns, "labels": labels},
-        "spec": {"selector": {"matchLabels": {"raychaos.io/run-id": run_id,
+        "spec": {"selector": {"matchLabels": {"raychaos.io/run-id": label_value(run_id),
                                               "raychaos.io/fault": "throttle-registry-pulls"}},
                  "template": {"metadata": {"labels": labels}, "spec": {
                      "hostNetwork": True, "affinity": _node_affinity(nodes),
@@ -148,7 +148,7 @@ def throttle_registry_pulls(api: ApiSession, ns: str, run_id: str, record: dict[
                                 "registry_hosts": list(hosts), "dry_run": api.gate.dry_run}
     if api.gate.dry_run:
         return evidence
-    reports = _wait_reports(api, ns, f"raychaos.io/run-id={run_id},raychaos.io/fault="
+    reports = _wait_reports(api, ns, f"raychaos.io/run-id={label_value(run_id)},raychaos.io/fault="
                             f"throttle-registry-pulls", nodes, REPORT, LANDED_WAIT_S)
     evidence["reports"] = reports
     bad = {n: r.get("error") or ("no report" if not r else "no filter in place")
@@ -207,13 +207,13 @@ def clean_nodes(api: ApiSession, ns: str, undo: dict[str, Any]) -> dict[str, Any
     """After the DaemonSet is deleted: wait for its pods to go, then a cleanup pod per node
     removes any ifb device / ingress qdisc a killed pod left; returns what each removed."""
     run_id, nodes = undo.get("run_id", "undo"), list(undo.get("nodes") or [])
-    selector = f"raychaos.io/run-id={run_id},raychaos.io/fault=throttle-registry-pulls"
+    selector = f"raychaos.io/run-id={label_value(run_id)},raychaos.io/fault=throttle-registry-pulls"
     watch_until(api, api.core.list_namespaced_pod, ns, check=lambda objs: not objs,
                 timeout=40, label_selector=selector)
     labels = run_labels(run_id, **{"raychaos.io/fault": "throttle-cleanup"})
     names = {}
     for node in nodes:
-        name = f"raychaos-throttle-clean-{run_id}-{node}"[:63].rstrip("-")
+        name = object_name("raychaos-throttle-clean", run_id, node)
         names[node] = name
         api.delete_quietly(f"/api/v1/namespaces/{ns}/pods/{name}",
                            api.core.delete_namespaced_pod, name, ns,
@@ -226,7 +226,7 @@ def clean_nodes(api: ApiSession, ns: str, undo: dict[str, Any]) -> dict[str, Any
                       "terminationGracePeriodSeconds": 0,
                       "containers": [_container(CLEAN_SCRIPT, undo.get("image", TOOL_IMAGE),
                                                 {})]}})
-    reports = _wait_reports(api, ns, f"raychaos.io/run-id={run_id},raychaos.io/fault="
+    reports = _wait_reports(api, ns, f"raychaos.io/run-id={label_value(run_id)},raychaos.io/fault="
                             f"throttle-cleanup", nodes, CLEANED, CLEAN_WAIT_S)
     for name in names.values():
         api.delete_quietly(f"/api/v1/namespaces/{ns}/pods/{name}",

@@ -9,6 +9,8 @@ raychaos creates carries ``raychaos.io/run-id`` so ``cleanup_run`` can find left
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,8 +18,8 @@ from raychaos.errors import ConfigError, FaultFailed
 
 __all__ = [
     "CORDONED_BY", "NEUTRAL", "PROTECTED", "RUN_ID", "UNSUPPORTED", "check_namespace",
-    "gpu_count", "is_daemonset_pod", "is_mirror_pod", "is_protected", "refuse_protected",
-    "run_labels", "unsupported",
+    "gpu_count", "is_daemonset_pod", "is_mirror_pod", "is_protected", "label_value",
+    "object_name", "refuse_protected", "run_labels", "unsupported",
 ]
 
 RUN_ID = "raychaos.io/run-id"
@@ -27,9 +29,30 @@ CORDONED_BY = "raychaos.io/cordoned-by"
 GPU = "nvidia.com/gpu"
 
 
+def _fit(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, a hash of the whole keeping cut names distinct."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+    return f"{text[:limit - 9].rstrip('-._')}-{digest}"
+
+
+def object_name(*parts: str) -> str:
+    """A valid object name (RFC 1123: lowercase alphanumerics and '-', at most 63, alphanumeric
+    at both ends) from ``parts`` — run ids carry upper case (``20261201T133913Z-…``)."""
+    text = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
+    return _fit(text, 63)
+
+
+def label_value(text: str) -> str:
+    """A valid label value for ``text`` (at most 63 of ``[A-Za-z0-9_.-]``, alphanumeric at both
+    ends); written and selected through this one function, so both agree."""
+    return _fit(re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-_."), 63)
+
+
 def run_labels(run_id: str, **extra: str) -> dict[str, str]:
     """Labels for an object raychaos creates."""
-    return {RUN_ID: run_id, "app.kubernetes.io/managed-by": "raychaos", **extra}
+    return {RUN_ID: label_value(run_id), "app.kubernetes.io/managed-by": "raychaos", **extra}
 
 
 def is_protected(obj: dict[str, Any]) -> bool:

@@ -22,7 +22,6 @@ from raychaos.errors import (
     ConfigError,
     KubeApiError,
     NothingMatched,
-    RollbackFailed,
     TargetUnavailable,
 )
 from raychaos.targets.base import NodeInfo, Observation, Refusal, RunLock
@@ -30,13 +29,12 @@ from raychaos.targets.kubernetes import drain as k8s_drain
 from raychaos.targets.kubernetes import head as k8s_head
 from raychaos.targets.kubernetes import network as k8s_network
 from raychaos.targets.kubernetes import registry as k8s_registry
+from raychaos.targets.kubernetes import undo as k8s_undo
 from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.events import pod_changes, pull_events
 from raychaos.targets.kubernetes.informer import Informer
 from raychaos.targets.kubernetes.raycluster import RayClusterHandle
 from raychaos.targets.kubernetes.safety import (
-    CORDONED_BY,
-    RUN_ID,
     check_namespace,
     gpu_count,
     unsupported,
@@ -215,14 +213,15 @@ class KubernetesTarget:
         """The dashboard's GCS check (a timeout is ``late``, not down) and Ray's node table;
         which raylets re-registered is not known here (``reported`` None: never a pass)."""
         t0 = time.monotonic()
-        up, why, late = (self.handle.dashboard.gcs_health(max(deadline_s, 0.05)) if self.handle
+        wait = max(deadline_s, 0.05)
+        up, why, late = (self.handle.dashboard.gcs_health(wait) if self.handle
                          else (False, "kubernetes target: connect() was not called", False))
         if not up:
             return Observation(False, error=why or "the GCS did not answer", late=late,
                                latency_s=time.monotonic() - t0)
-        try:
-            nodes = self.nodes(timeout=deadline_s)
-        except Exception:  # noqa: BLE001 - the GCS answered; the pod list did not
+        try:  # within what is left of the deadline: a slow node table is unknown, not late
+            nodes = self._handle().nodes(max(wait - (time.monotonic() - t0), 0.05))
+        except Exception:  # noqa: BLE001 - the GCS answered; the node table did not in time
             return Observation(True, latency_s=time.monotonic() - t0)
         return Observation(True, nodes=nodes, latency_s=time.monotonic() - t0)
 
@@ -372,32 +371,8 @@ class KubernetesTarget:
     # --- undo ----------------------------------------------------------------------------------
     def undo(self, record: dict[str, Any]) -> dict[str, Any]:
         """Revert one ledger record (dispatching on its undo ``kind`` or ``fault``); idempotent."""
-        undo = record.get("undo") or {}
-        kind = undo.get("kind") or record.get("fault")
-        api = self._api()
-        try:
-            if kind == "kill_head" or not undo:
-                return {"undone": True, "note": "nothing to revert: KubeRay recreates the head"}
-            if kind == "drain_nodes":
-                return {"undone": True, "uncordoned": k8s_drain.uncordon(api, undo["nodes"])}
-            if kind == "throttle_registry_pulls":
-                deleted = k8s_network.delete_created(api, undo)
-                removed = {} if api.gate.dry_run else k8s_registry.clean_nodes(api, self.ns,
-                                                                               undo)
-                return {"undone": True, "deleted": deleted, "left_on_nodes_removed": removed}
-            if kind == "saturate_network":
-                stopped = [] if api.gate.dry_run else k8s_network.stop_floods(api, undo)
-                return {"undone": True, "deleted": k8s_network.delete_created(api, undo),
-                        "floods_stopped": stopped}
-        except (KubeApiError, TargetUnavailable) as exc:
-            raise RollbackFailed(f"undo {kind}: {undo} may still be applied: {exc}") from exc
-        raise RollbackFailed(f"undo: unknown fault kind {kind!r} in record {record.get('id')}")
+        return k8s_undo.undo(self._api(), self.ns, record)
 
     def cleanup_run(self, run_id: str | None = None) -> dict[str, Any]:
         """Delete every object labelled ``raychaos.io/run-id=<run_id>``; uncordon our nodes."""
-        api = self._api()
-        rid = run_id or self.run_id
-        nodes = [n["metadata"]["name"] for n in api.read(
-            api.core.list_node, label_selector=f"{CORDONED_BY}={rid}")["items"]]
-        return {"run_id": rid, "uncordoned": k8s_drain.uncordon(api, nodes),
-                "deleted": k8s_network.delete_labelled(api, self.ns, f"{RUN_ID}={rid}")}
+        return k8s_undo.cleanup_run(self._api(), self.ns, run_id or self.run_id)

