@@ -68,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
     k.add_argument("--namespace", help="namespace of the RayCluster")
     k.add_argument("--cluster", help="RayCluster name")
+    k.add_argument("--rayjob", metavar="NAME", help="a RayJob: its RayCluster is followed")
+    k.add_argument("--rayservice", metavar="NAME", help="a RayService: its active RayCluster")
     k.add_argument("--dashboard-url", help="Ray dashboard URL (e.g. a port-forward)")
 
     cal = sub.add_parser("calibrate", help="run an experiment N times on a known-good cluster "
@@ -198,6 +200,9 @@ def _run(args: argparse.Namespace) -> int:
         target = {"kind": args.target, "context": args.context, "kubeconfig": args.kubeconfig,
                   "namespace": args.namespace, "cluster": args.cluster,
                   "dashboard_url": args.dashboard_url}
+        for kind in ("rayjob", "rayservice"):
+            if getattr(args, kind):
+                target |= {"object_kind": kind, "name": getattr(args, kind)}
     return run_experiment_file(args.experiment, slo=args.slo, results_root=args.results,
                                state_root=args.state_root, keep_cluster=not args.down,
                                quiet=args.quiet, dry_run=args.dry_run, target=target,

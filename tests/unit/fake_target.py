@@ -68,6 +68,7 @@ class FakeTarget:
         self.lost: set[str] = set()
         self.jobs: dict[str, dict[str, Any]] = {}
         self.applied: dict[str, dict[str, Any]] = {}
+        self.workload: dict[str, Any] = {}
         self.sentinel = {"pid": 4242, "node_id": self.worker_ids[0], "count": 3}
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -89,6 +90,10 @@ class FakeTarget:
 
     def run_lock(self) -> _Lock:
         return _Lock()
+
+    def owner(self) -> dict[str, Any]:
+        """``self.workload`` (set by a test: a planted RayJob/RayService status), else {}."""
+        return dict(self.workload)
 
     def refusals(self, fault: str, args: Mapping[str, Any]) -> list[Refusal]:
         return [("partition", "the fake cannot partition")] if args.get("partition") else []

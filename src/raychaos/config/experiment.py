@@ -289,6 +289,8 @@ def with_target(exp: Experiment, override: dict[str, Any]) -> Experiment:
     problems = Problems("--target")
     kind = override.get("kind", "local")
     fields = {k: v for k, v in override.items() if k != "kind" and v is not None}
+    if "object_kind" in fields:  # --rayjob/--rayservice: target.kubernetes.kind
+        fields["kind"] = fields.pop("object_kind")
     spec = exp.settings.target
     if kind == "kubernetes":
         k8s = build(KubernetesSpec, fields, problems, "kubernetes")

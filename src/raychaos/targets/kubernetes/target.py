@@ -41,6 +41,7 @@ from raychaos.targets.kubernetes.safety import (
     gpu_count,
     unsupported,
 )
+from raychaos.targets.kubernetes.workload import Workload
 
 __all__ = ["KubernetesTarget"]
 
@@ -65,7 +66,8 @@ class KubernetesTarget:
         self.spec = spec
         self.ns = spec.namespace
         self.run_id = run_id or uuid.uuid4().hex[:12]
-        self.cluster = spec.cluster or ""
+        self.cluster = spec.cluster or (spec.name if spec.kind == "raycluster" else "") or ""
+        self.workload: Workload | None = None  # the RayJob/RayService named (workload.py)
         self.api: ApiSession | None = None
         self.handle: RayClusterHandle | None = None
         self.raycluster: dict[str, Any] = {}
@@ -81,6 +83,10 @@ class KubernetesTarget:
         api = ApiSession.connect(self.spec.kubeconfig, self.spec.context, self.spec.dry_run)
         where = f"kubernetes API at {api.host}"
         try:
+            if self.spec.kind != "raycluster" and self.spec.name:
+                self.workload = Workload(api, self.ns, self.spec.kind, self.spec.name,
+                                         self.spec.dashboard_url)
+                self.cluster = self.workload.resolve()
             if not self.cluster:
                 found = api.read(api.custom.list_namespaced_custom_object, "ray.io", "v1",
                                  self.ns, "rayclusters")["items"]
@@ -113,6 +119,8 @@ class KubernetesTarget:
         self.api = api
 
     def _close(self, api: ApiSession) -> None:
+        if self.workload is not None:
+            self.workload.close()
         if self.handle is not None:
             self.handle.close()
             self.handle = None
@@ -200,7 +208,12 @@ class KubernetesTarget:
                     f"{handle.head_service_name()} (re-resolved per connection)"
                     + (f"; {fwd.stats['connections']} connections, last pod {fwd.last_pod}"
                        if fwd else "")),
-                "ray_auth": handle.token_source, "job_drivers": self.drivers}
+                "ray_auth": handle.token_source, "job_drivers": self.drivers,
+                "owner": self.owner()}
+
+    def owner(self) -> dict[str, Any]:
+        """The RayJob/RayService named, and its status now ({} for a RayCluster)."""
+        return self.workload.status() if self.workload is not None else {}
 
     # --- observation ---------------------------------------------------------------------------
     def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:
@@ -238,6 +251,9 @@ class KubernetesTarget:
         """Ray Serve through raychaos's port-forward to a pod with a Serve proxy (a worker
         first: it keeps serving while the head is down)."""
         handle = self._handle()
+        via_service = self.workload and self.workload.serve_url(lambda: self._handle().pods())
+        if via_service:  # a RayService: through <name>-serve-svc, as its clients go
+            return via_service
         handle.note_serve_proxies()
         return handle.forward("serve").url
 
@@ -255,6 +271,13 @@ class KubernetesTarget:
         fresh = [e for e in pull_events(self._pulled.items(), since - 1.0)
                  if e["uid"] not in self._emitted]
         self._emitted |= {e.pop("uid") for e in fresh}
+        if self.workload is not None:  # its status; a switch to another RayCluster
+            owned, moved = self.workload.events(self._handle())
+            if moved is not None:
+                self._handle().close()
+                self.handle, self.cluster, self._pod_snapshot = moved, moved.name, None
+                self.raycluster = moved.raycluster
+            fresh += owned
         changes, self._pod_snapshot = pod_changes(self._pod_snapshot, self._handle().pods(),
                                                   time.time())
         return sorted(fresh + changes, key=lambda e: e["ts"])
