@@ -103,3 +103,27 @@ def test_a_rayservice_switch_is_followed_and_serve_goes_through_its_service(tmp_
             t.close()
     finally:
         assert w.stop() == []
+
+
+def test_a_dry_run_aimed_at_a_rayjob_deletes_the_head_of_its_cluster(tmp_path, capsys,
+                                                                    monkeypatch):
+    from pathlib import Path
+
+    from raychaos.cli import main
+    from tests.k8s.conftest import mutations
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    w = World(name="rjd", cluster="train", workload="rayjob", nodes=default_nodes("sim"),
+              state_root=tmp_path).start()
+    try:
+        w.wait_ready(timeout=30)
+        since = len(w.server.requests)
+        code = main(["run", "experiments/rayjob-head-kill.yaml", "--dry-run", "--target",
+                     "kubernetes", "--kubeconfig", w.kubeconfig, "--namespace", "ray",
+                     "--rayjob", "train"])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert f"DELETE /api/v1/namespaces/ray/pods/{w.cluster}-head" in out, out
+        assert [m for m in mutations(w, since) if "rayjobs" not in m[1]] == []
+    finally:
+        assert w.stop() == []
