@@ -117,6 +117,11 @@ def _parser() -> argparse.ArgumentParser:
     sch.add_argument("--pvc", default="raychaos-results",
                      help="existing PersistentVolumeClaim for results (default: raychaos-results)")
     sch.add_argument("--time-zone", help="CronJob time zone, e.g. Etc/UTC")
+    sch.add_argument("--target-namespace", help="the RayCluster's namespace (default: --namespace)")
+    sch.add_argument("--network", action="store_true",
+                     help="also the opt-in Role for network/registry faults (privileged pods)")
+    sch.add_argument("--deadline", type=int, default=4 * 3600,
+                     help="the Job's activeDeadlineSeconds (default: %(default)s)")
     sch.add_argument("-o", "--output", help="write the manifests to FILE instead of stdout")
 
     v = sub.add_parser("validate", help="check experiment files without running anything")
@@ -230,7 +235,9 @@ def _schedule(args: argparse.Namespace) -> int:
     from raychaos.run.schedule import render_yaml, schedule_manifests
 
     text = render_yaml(schedule_manifests(args.plan, args.cron, args.namespace, args.image,
-                                          pvc_name=args.pvc, time_zone=args.time_zone))
+                                          pvc_name=args.pvc, time_zone=args.time_zone,
+                                          target_namespace=args.target_namespace,
+                                          network=args.network, deadline_s=args.deadline))
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}")

@@ -32,6 +32,7 @@ from raychaos.targets.kubernetes import network as k8s_network
 from raychaos.targets.kubernetes import registry as k8s_registry
 from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.events import pod_changes, pull_events
+from raychaos.targets.kubernetes.incluster import use_service_dns
 from raychaos.targets.kubernetes.informer import Informer
 from raychaos.targets.kubernetes.raycluster import RayClusterHandle
 from raychaos.targets.kubernetes.safety import (
@@ -98,8 +99,8 @@ class KubernetesTarget:
                 self.cluster = found[0]["metadata"]["name"]
             self.raycluster = api.read(api.custom.get_namespaced_custom_object, "ray.io", "v1",
                                        self.ns, "rayclusters", self.cluster)
-            handle = RayClusterHandle(api, self.ns, self.cluster, self.raycluster,
-                                      self.spec.dashboard_url)
+            handle = use_service_dns(RayClusterHandle(api, self.ns, self.cluster,
+                                                      self.raycluster, self.spec.dashboard_url))
             self.handle = handle
             handle.find_token()
         except KubeApiError as exc:

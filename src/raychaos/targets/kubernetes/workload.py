@@ -15,6 +15,7 @@ from typing import Any
 
 from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.forward import LocalForward
+from raychaos.targets.kubernetes.incluster import use_service_dns
 from raychaos.targets.kubernetes.owner import Owner, ServeServiceResolver
 from raychaos.targets.kubernetes.raycluster import RayClusterHandle
 
@@ -55,7 +56,8 @@ class Workload:
             return events, None
         rc = self.api.read(self.api.custom.get_namespaced_custom_object, "ray.io", "v1",
                            self.ns, "rayclusters", self.owner.cluster)
-        new = RayClusterHandle(self.api, self.ns, self.owner.cluster, rc, self.dashboard_url)
+        new = use_service_dns(RayClusterHandle(self.api, self.ns, self.owner.cluster, rc,
+                                               self.dashboard_url))
         new.find_token()
         return events, new
 
