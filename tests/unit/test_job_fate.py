@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +115,29 @@ def test_the_readings_and_the_rules():
         "pass", [])  # a driver that exited is silent
     assert judge({"jobs_api": "running", "driver": "silent"}, "any", "same")[0] == "fail"
     assert judge({"jobs_api": "unknown", "driver": "running"}, "any", "same")[0] == "unknown"
+
+
+def test_on_a_rayservice_target_no_serve_application_is_deployed_or_removed(tmp_path):
+    """The Serve app in the experiment is for the local target; a RayService serves its own."""
+    from raychaos.config.experiment import find_experiment, load_experiment
+    from raychaos.observe.monitor import Monitor
+    from raychaos.run.loads import LoadSet
+
+    exp = load_experiment(find_experiment(Path("rayservice-head-kill")))
+    target = FakeTarget()
+    target.workload = {"kind": "rayservice", "name": "chat", "serves_own_apps": True}
+    clock = Clock()
+    run = Run(run_id="r1", run_dir=tmp_path, settings=exp.settings, target=target, clock=clock,
+              timeline=Timeline(tmp_path / "timeline.jsonl", clock),
+              ledger=Ledger(tmp_path / "ledger.json", "r1", target.describe()))
+    said: list[str] = []
+    loads = LoadSet(exp, run, Monitor(target, run.timeline, clock), said.append)
+    try:
+        loads.start()
+    finally:
+        loads.stop()
+        run.timeline.close()
+    assert not [c for c in target.calls if c[0] == "submit_job"], target.calls
+    assert "serve_app" not in run.extras
+    assert any("serves its own applications; deploying (and removing) nothing" in s
+               for s in said)
