@@ -136,3 +136,23 @@ def test_a_raycluster_may_be_named_by_name_and_a_workload_target_starts_unresolv
     assert KubernetesTarget(KubernetesSpec(name="demo")).cluster == "demo"
     t = KubernetesTarget(KubernetesSpec(kind="rayjob", name="train"))
     assert t.cluster == "" and t.owner() == {}
+
+
+class _Handle:
+    """The three things use_service_dns reads of a RayClusterHandle."""
+
+    def __init__(self, given: str | None = None):
+        self.given_url, self.ns = given, "ml"
+
+    def head_service_name(self) -> str:
+        return "demo-head-svc"
+
+
+def test_in_the_cluster_the_dashboard_is_the_head_services_dns_name(monkeypatch):
+    from raychaos.targets.kubernetes.incluster import use_service_dns
+
+    assert use_service_dns(_Handle()).given_url is None  # type: ignore[arg-type]
+    monkeypatch.setenv("RAYCHAOS_DASHBOARD", "service-dns")
+    assert use_service_dns(_Handle()).given_url == (  # type: ignore[arg-type]
+        "http://demo-head-svc.ml.svc:8265")
+    assert use_service_dns(_Handle("http://given")).given_url == "http://given"  # type: ignore[arg-type]
