@@ -49,7 +49,7 @@ class FakeTarget:
                  lose_workers: bool = False, job_rate: int = 50, job_failures: int = 0,
                  workers: int = 2, reregister: bool = True, reregister_s: float = 0.1,
                  observe_delay_s: float = 0.0, zombie_jobs: bool = False,
-                 undo_wait_s: float = 10.0) -> None:
+                 undo_wait_s: float = 10.0, workload: dict[str, Any] | None = None) -> None:
         self.run_id = ""
         self.outage_s = outage_s
         self.head_comes_back = head_comes_back
@@ -68,7 +68,7 @@ class FakeTarget:
         self.lost: set[str] = set()
         self.jobs: dict[str, dict[str, Any]] = {}
         self.applied: dict[str, dict[str, Any]] = {}
-        self.workload: dict[str, Any] = {}
+        self.workload: dict[str, Any] = dict(workload or {})  # a planted RayJob/RayService
         self.sentinel = {"pid": 4242, "node_id": self.worker_ids[0], "count": 3}
 
     # --- lifecycle ---------------------------------------------------------------------------
