@@ -68,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
     k.add_argument("--namespace", help="namespace of the RayCluster")
     k.add_argument("--cluster", help="RayCluster name")
+    k.add_argument("--rayjob", metavar="NAME", help="a RayJob: its RayCluster is followed")
+    k.add_argument("--rayservice", metavar="NAME", help="a RayService: its active RayCluster")
     k.add_argument("--dashboard-url", help="Ray dashboard URL (e.g. a port-forward)")
 
     cal = sub.add_parser("calibrate", help="run an experiment N times on a known-good cluster "
@@ -115,6 +117,11 @@ def _parser() -> argparse.ArgumentParser:
     sch.add_argument("--pvc", default="raychaos-results",
                      help="existing PersistentVolumeClaim for results (default: raychaos-results)")
     sch.add_argument("--time-zone", help="CronJob time zone, e.g. Etc/UTC")
+    sch.add_argument("--target-namespace", help="the RayCluster's namespace (default: --namespace)")
+    sch.add_argument("--network", action="store_true",
+                     help="also the opt-in Role for network/registry faults (privileged pods)")
+    sch.add_argument("--deadline", type=int, default=4 * 3600,
+                     help="the Job's activeDeadlineSeconds (default: %(default)s)")
     sch.add_argument("-o", "--output", help="write the manifests to FILE instead of stdout")
 
     v = sub.add_parser("validate", help="check experiment files without running anything")
@@ -198,6 +205,9 @@ def _run(args: argparse.Namespace) -> int:
         target = {"kind": args.target, "context": args.context, "kubeconfig": args.kubeconfig,
                   "namespace": args.namespace, "cluster": args.cluster,
                   "dashboard_url": args.dashboard_url}
+        for kind in ("rayjob", "rayservice"):
+            if getattr(args, kind):
+                target |= {"object_kind": kind, "name": getattr(args, kind)}
     return run_experiment_file(args.experiment, slo=args.slo, results_root=args.results,
                                state_root=args.state_root, keep_cluster=not args.down,
                                quiet=args.quiet, dry_run=args.dry_run, target=target,
@@ -225,7 +235,9 @@ def _schedule(args: argparse.Namespace) -> int:
     from raychaos.run.schedule import render_yaml, schedule_manifests
 
     text = render_yaml(schedule_manifests(args.plan, args.cron, args.namespace, args.image,
-                                          pvc_name=args.pvc, time_zone=args.time_zone))
+                                          pvc_name=args.pvc, time_zone=args.time_zone,
+                                          target_namespace=args.target_namespace,
+                                          network=args.network, deadline_s=args.deadline))
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
         print(f"wrote {args.output}")

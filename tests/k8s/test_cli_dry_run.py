@@ -17,6 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("experiment,expected", [
     ("head-kill.yaml", "POST /api/v1/namespaces/ray/pods/demo-head"),
     ("gpu-node-drain.yaml", "/eviction"),
+    ("rayservice-head-kill.yaml", "DELETE /api/v1/namespaces/ray/pods/demo-head"),
+    ("rayjob-head-kill.yaml", "DELETE /api/v1/namespaces/ray/pods/demo-head"),
 ])
 def test_dry_run_prints_calls_and_sends_no_mutation(sim, tmp_path, capsys, monkeypatch,
                                                     experiment, expected):

@@ -49,7 +49,8 @@ class FakeTarget:
                  lose_workers: bool = False, job_rate: int = 50, job_failures: int = 0,
                  workers: int = 2, reregister: bool = True, reregister_s: float = 0.1,
                  observe_delay_s: float = 0.0, zombie_jobs: bool = False,
-                 undo_wait_s: float = 10.0, reports_known: bool = True) -> None:
+                 undo_wait_s: float = 10.0, reports_known: bool = True,
+                 workload: dict[str, Any] | None = None) -> None:
         self.run_id = ""
         self.reports_known = reports_known  # False: like Kubernetes, which raylets reported?
         self.outage_s = outage_s
@@ -69,6 +70,7 @@ class FakeTarget:
         self.lost: set[str] = set()
         self.jobs: dict[str, dict[str, Any]] = {}
         self.applied: dict[str, dict[str, Any]] = {}
+        self.workload: dict[str, Any] = dict(workload or {})  # a planted RayJob/RayService
         self.sentinel = {"pid": 4242, "node_id": self.worker_ids[0], "count": 3}
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -90,6 +92,10 @@ class FakeTarget:
 
     def run_lock(self) -> _Lock:
         return _Lock()
+
+    def owner(self) -> dict[str, Any]:
+        """``self.workload`` (set by a test: a planted RayJob/RayService status), else {}."""
+        return dict(self.workload)
 
     def refusals(self, fault: str, args: Mapping[str, Any]) -> list[Refusal]:
         return [("partition", "the fake cannot partition")] if args.get("partition") else []
@@ -175,6 +181,8 @@ class FakeTarget:
         job = self.jobs.get(job_id)
         if job is None:
             return "MISSING"
+        if job.get("status"):  # planted by a test
+            return str(job["status"])
         if job["oneshot"]:
             return "SUCCEEDED"
         return "RUNNING" if not job.get("stopped") else "STOPPED"

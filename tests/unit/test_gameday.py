@@ -107,9 +107,15 @@ def test_schedule_manifests_deserialize_into_kubernetes_models(plans: Path) -> N
     manifests = schedule_manifests(plans / "weekly.yaml", "0 3 * * 1", "chaos",
                                    "ghcr.io/acme/raychaos:0.1", plan_in_image="gamedays/w.yaml",
                                    time_zone="Etc/UTC")
-    assert [m["kind"] for m in manifests] == ["ServiceAccount", "Role", "RoleBinding", "CronJob"]
-    sa, role, binding, cron = (deserialize(m, k) for m, k in zip(
-        manifests, ["V1ServiceAccount", "V1Role", "V1RoleBinding", "V1CronJob"], strict=True))
+    assert [m["kind"] for m in manifests] == ["ServiceAccount", "Role", "RoleBinding",
+                                              "ClusterRole", "ClusterRoleBinding", "CronJob"]
+    sa, role, binding, crole, cbinding, cron = (deserialize(m, k) for m, k in zip(
+        manifests, ["V1ServiceAccount", "V1Role", "V1RoleBinding", "V1ClusterRole",
+                    "V1ClusterRoleBinding", "V1CronJob"], strict=True))
+    assert any("nodes" in r.resources and "patch" in r.verbs for r in crole.rules)
+    assert cbinding.role_ref.name == crole.metadata.name == "raychaos-gameday-weekly-head-gpu-chaos"
+    assert not any("create" in r.verbs and r.resources in (["pods"], ["daemonsets"])
+                   for r in role.rules + crole.rules), "privileged rules only with --network"
     name = "raychaos-gameday-weekly-head-gpu"
     assert sa.metadata.name == name and sa.metadata.namespace == "chaos"
     assert any("pods" in r.resources and "delete" in r.verbs for r in role.rules)
@@ -117,17 +123,19 @@ def test_schedule_manifests_deserialize_into_kubernetes_models(plans: Path) -> N
     assert cron.spec.schedule == "0 3 * * 1" and cron.spec.time_zone == "Etc/UTC"
     assert cron.spec.concurrency_policy == "Forbid"
     job = cron.spec.job_template.spec
-    assert job.backoff_limit == 0
+    assert job.backoff_limit == 0 and job.active_deadline_seconds == 4 * 3600
     pod = job.template.spec
     assert pod.service_account_name == name and pod.restart_policy == "Never"
     (container,) = pod.containers
     assert container.image == "ghcr.io/acme/raychaos:0.1"
+    assert any(e.name == "RAYCHAOS_DASHBOARD" and e.value == "service-dns"
+               for e in container.env)
     assert [container.command, container.args] == [["raychaos"], ["gameday", "gamedays/w.yaml"]]
     assert container.volume_mounts[0].mount_path == "/app/results"
     assert pod.volumes[0].persistent_volume_claim.claim_name == "raychaos-results"
     # The private deserializer agrees, and the YAML round-trips without &anchors.
     api = ApiClient()
-    assert api._ApiClient__deserialize(manifests[3], "V1CronJob").spec == cron.spec
+    assert api._ApiClient__deserialize(manifests[-1], "V1CronJob").spec == cron.spec
     api.close()
     text = render_yaml(manifests)
     assert "&id" not in text and list(yaml.safe_load_all(text)) == manifests
@@ -147,11 +155,11 @@ def test_schedule_rejects_bad_inputs_all_at_once(plans: Path) -> None:
 def test_schedule_default_plan_path_is_relative_to_cwd(plans: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(plans.parent)
-    cron = schedule_manifests("gamedays/weekly.yaml", "*/30 * * * *", "ml", "img")[3]
+    cron = schedule_manifests("gamedays/weekly.yaml", "*/30 * * * *", "ml", "img")[-1]
     assert cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"] == [
         "gameday", "gamedays/weekly.yaml"]
     monkeypatch.chdir(plans)
-    assert schedule_manifests(plans / "weekly.yaml", "0 * * * *", "ml", "img")[3]["spec"][
+    assert schedule_manifests(plans / "weekly.yaml", "0 * * * *", "ml", "img")[-1]["spec"][
         "jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"][1] == "weekly.yaml"
     elsewhere = plans.parent / "elsewhere"
     elsewhere.mkdir()
@@ -178,3 +186,22 @@ def test_gameday_index_links_each_run(tmp_path: Path) -> None:
     assert "storm-p99" in text  # failing SLO named
     assert 'Game day: weekly <span class="v error">error</span>' in text
     assert "http://" not in text and "https://" not in text
+
+
+def test_network_faults_get_their_own_opt_in_role_in_the_rayclusters_namespace(plans: Path):
+    manifests = schedule_manifests(plans / "weekly.yaml", "0 3 * * 1", "chaos", "img",
+                                   plan_in_image="w.yaml", target_namespace="ray",
+                                   network=True, deadline_s=3600)
+    roles = [m for m in manifests if m["kind"] == "Role"]
+    assert [r["metadata"]["namespace"] for r in roles] == ["ray", "ray"]
+    network = roles[1]
+    assert network["metadata"]["labels"]["raychaos.io/privileged"] == "true"
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]} in network["rules"]
+    bindings = [m for m in manifests if m["kind"] == "RoleBinding"]
+    assert all(b["subjects"] == [{"kind": "ServiceAccount", "name": manifests[0]["metadata"][
+        "name"], "namespace": "chaos"}] for b in bindings)
+    cron = manifests[-1]
+    assert cron["spec"]["jobTemplate"]["spec"]["activeDeadlineSeconds"] == 3600
+    with pytest.raises(ConfigError, match="deadline_s: expected whole seconds, at least 60"):
+        schedule_manifests(plans / "weekly.yaml", "0 3 * * 1", "chaos", "img",
+                           plan_in_image="w.yaml", deadline_s=5)

@@ -31,7 +31,7 @@ from raychaos.errors import ConfigError
 __all__ = ["JUDGED_PROBES", "Experiment", "judged_probes", "load_experiment", "resolve_path"]
 
 #: The raychaos probes that record a verdict of their own (a check each in JUnit and pytest).
-JUDGED_PROBES = ("gcs_recovery", "job_survival", "sentinel_preserved")
+JUDGED_PROBES = ("gcs_recovery", "job_survival", "sentinel_preserved", "job_status_consistent")
 
 TOP_LEVEL = {"version", "title", "description", "tags", "contributions", "configuration",
              "secrets", "extensions", "controls", "steady-state-hypothesis", "method",
@@ -289,6 +289,8 @@ def with_target(exp: Experiment, override: dict[str, Any]) -> Experiment:
     problems = Problems("--target")
     kind = override.get("kind", "local")
     fields = {k: v for k, v in override.items() if k != "kind" and v is not None}
+    if "object_kind" in fields:  # --rayjob/--rayservice: target.kubernetes.kind
+        fields["kind"] = fields.pop("object_kind")
     spec = exp.settings.target
     if kind == "kubernetes":
         k8s = build(KubernetesSpec, fields, problems, "kubernetes")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from raychaos.config.kubernetes_kind import check_workload
 from raychaos.config.metrics import SLO_METRICS
 from raychaos.config.schema import Problems, build, load_yaml
 from raychaos.errors import ConfigError
@@ -47,9 +48,13 @@ class LocalClusterSpec:
 
 @dataclass(frozen=True)
 class KubernetesSpec:
-    """A KubeRay RayCluster reached through the Kubernetes API."""
+    """A KubeRay RayCluster reached through the Kubernetes API — named directly, or by the
+    RayJob or RayService it runs (``kind`` + ``name``: the RayCluster is read from its status
+    and followed when KubeRay replaces it)."""
 
     cluster: str | None = None
+    kind: Literal["raycluster", "rayjob", "rayservice"] = "raycluster"
+    name: str | None = None  # the RayJob/RayService (for raycluster: the same as cluster)
     namespace: str = "default"
     context: str | None = None
     kubeconfig: str | None = None
@@ -57,6 +62,9 @@ class KubernetesSpec:
     allowed_namespaces: list[str] = field(default_factory=list)
     max_nodes_at_once: int = field(default=1, metadata={"min": 1})
     dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        check_workload(self.kind, self.name, self.cluster)
 
 
 @dataclass(frozen=True)

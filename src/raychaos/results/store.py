@@ -10,7 +10,8 @@
   ``failures``, ``p50_ms`` …) or ``event`` (``event``, ``name``, ``detail``), where ``event`` is
   one of the :class:`Ev` names below — the harness's own — or what the operator did
   (``node_started``, ``node_exited``, ``node_ready``, ``node_stopped``, ``image_pulled``,
-  written with the target's own names).
+  written with the target's own names; on a RayJob/RayService target also ``rayjob_status``,
+  ``rayservice_status`` and ``target_cluster_switched``, see ``targets/kubernetes/owner.py``).
 - ``ledger.json`` — every fault, written *before* it acts and rewritten atomically on each
   change: ``{"run_id", "target": {...}, "faults": [{"id", "fault", "args", "state",
   "undo": {...}, "evidence": {...}, "error", times}]}``; ``state`` is pending, applied,

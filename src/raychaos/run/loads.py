@@ -46,7 +46,10 @@ class LoadSet:
                 continue
             from raychaos.loads.locust_runner import LocustProcess
 
-            if load.serve_app:
+            if load.serve_app and run.target.owner().get("serves_own_apps"):
+                self.say(f"load {load.name}: the target serves its own applications; "
+                         f"deploying (and removing) nothing")
+            elif load.serve_app:
                 self._deploy_serve(load.serve_app)
             host = (run.target.serve_url() if load.host == "serve"
                     else load.host or run.target.dashboard_url())

@@ -16,6 +16,7 @@ import yaml
 
 from raychaos.config.gameday import load_gameday
 from raychaos.config.schema import Problems, describe
+from raychaos.run.schedule_rbac import rbac_manifests
 
 __all__ = ["render_yaml", "schedule_manifests"]
 
@@ -31,11 +32,22 @@ def _name_for(plan_name: str) -> str:
 def schedule_manifests(plan_path: str | Path, cron: str, namespace: str, image: str, *,
                        plan_in_image: str | None = None, workdir: str = "/app",
                        pvc_name: str = "raychaos-results", name: str | None = None,
-                       time_zone: str | None = None) -> list[dict[str, Any]]:
+                       time_zone: str | None = None, target_namespace: str | None = None,
+                       network: bool = False, deadline_s: int = 4 * 3600
+                       ) -> list[dict[str, Any]]:
     """Kubernetes manifests that run the game day on a schedule.
 
-    Returns ``[ServiceAccount, Role, RoleBinding, CronJob]`` as plain dicts (see
-    :func:`render_yaml`). The plan is validated first (ConfigError on problems).
+    Returns ``[ServiceAccount, Role, RoleBinding, ClusterRole, ClusterRoleBinding,
+    (network Role, RoleBinding,) CronJob]`` as plain dicts (see :func:`render_yaml`; the rules:
+    :mod:`raychaos.run.schedule_rbac`). The plan is validated first (ConfigError on problems).
+
+    - ``target_namespace``: the RayCluster's namespace, where the Role goes (default
+      ``namespace``); ``network``: also the opt-in Role for network and registry faults
+      (privileged DaemonSets and pods — node root); ``deadline_s``: the Job's
+      ``activeDeadlineSeconds``, so a hung game day cannot block every later schedule
+      (``concurrencyPolicy: Forbid``).
+    - In the pod, ``RAYCHAOS_DASHBOARD=service-dns`` makes the Kubernetes target reach the
+      dashboard at ``http://<head Service>.<namespace>.svc:8265`` instead of a port-forward.
 
     - ``cron``: five-field schedule, e.g. ``"0 3 * * 1"``; ``time_zone`` e.g. ``"Etc/UTC"``.
     - ``image``: an image with raychaos installed and the repository (plan and experiments) at
@@ -68,37 +80,26 @@ def schedule_manifests(plan_path: str | Path, cron: str, namespace: str, image: 
             except ValueError:
                 problems.add("plan_in_image", f"{p} is outside the current directory; say where "
                                               "the plan is inside the image")
+    if not isinstance(deadline_s, int) or deadline_s < 60:
+        problems.add("deadline_s", f"expected whole seconds, at least 60, got "
+                                   f"{describe(deadline_s)}")
     problems.raise_if_any()
     name = name or _name_for(plan.name)
     labels = {"app.kubernetes.io/name": "raychaos", "app.kubernetes.io/component": "gameday",
               "raychaos.io/gameday": _name_for(plan.name)[len("raychaos-gameday-"):] or "gameday"}
     meta = {"name": name, "namespace": namespace, "labels": labels}
-    rules = [
-        # Kill/restart head and worker pods, read their logs, exec tc/ip inside them.
-        {"apiGroups": [""], "resources": ["pods"],
-         "verbs": ["get", "list", "watch", "delete", "patch"]},
-        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
-        {"apiGroups": [""], "resources": ["services", "endpoints", "events"],
-         "verbs": ["get", "list", "watch"]},
-        # Scale and inspect KubeRay resources.
-        {"apiGroups": ["ray.io"], "resources": ["rayclusters", "rayjobs", "rayservices"],
-         "verbs": ["get", "list", "watch", "patch", "update"]},
-        # Network partitions.
-        {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
-         "verbs": ["get", "list", "create", "delete", "patch"]},
-    ]
     container = {
         "name": "gameday", "image": image, "imagePullPolicy": "IfNotPresent",
         "workingDir": workdir, "command": ["raychaos"], "args": ["gameday", plan_in_image],
-        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"},
+                {"name": "RAYCHAOS_DASHBOARD", "value": "service-dns"}],
         "volumeMounts": [{"name": "results", "mountPath": f"{workdir.rstrip('/')}/results"}],
     }
     cron_spec: dict[str, Any] = {
         "schedule": cron, "concurrencyPolicy": "Forbid", "startingDeadlineSeconds": 600,
         "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 3,
         "jobTemplate": {"metadata": {"labels": labels}, "spec": {
-            "backoffLimit": 0,
+            "backoffLimit": 0, "activeDeadlineSeconds": deadline_s,
             "template": {"metadata": {"labels": labels}, "spec": {
                 "serviceAccountName": name, "restartPolicy": "Never",
                 "containers": [container],
@@ -109,11 +110,7 @@ def schedule_manifests(plan_path: str | Path, cron: str, namespace: str, image: 
         cron_spec["timeZone"] = time_zone
     manifests = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
-         "rules": rules},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]},
+        *rbac_manifests(name, namespace, target_namespace or namespace, labels, network),
         {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": meta, "spec": cron_spec},
     ]
     # Independent copies: no dict shared between manifests (and no YAML &anchors when dumped).

@@ -117,6 +117,8 @@ def _probe_reason(name: str, verdict: str, ev: dict[str, Any]) -> str:
         return ""
     if name == "job_survival":
         return f"lost {ev.get('lost')} of {ev.get('total')} load job(s)"
+    if name == "job_status_consistent":
+        return "; ".join(w for e in (ev.get("jobs") or {}).values() for w in e.get("why") or [])
     if name == "sentinel_preserved":
         bad = [k for k in ("found", "reachable", "same_pid", "state_preserved") if not ev.get(k)]
         return f"the sentinel actor was not preserved ({', '.join(bad)} false)"

@@ -114,6 +114,13 @@ class Target(Protocol):
         """The one-run-at-a-time lock of this cluster."""
         ...
 
+    def owner(self) -> dict[str, Any]:
+        """The workload the target was named by — a KubeRay RayJob or RayService — and its
+        status now (``kind``, ``name``, ``cluster``, ``serves_own_apps``: deploy and remove no
+        Serve application on it, and a RayJob's ``job_id``/``job_status``/
+        ``job_deployment_status``/``reason``); ``{}`` for a bare cluster."""
+        ...
+
     def refusals(self, fault: str, args: Mapping[str, Any]) -> list[Refusal]:
         """What of ``fault(**args)`` this kind of target cannot honour; needs no connection."""
         ...

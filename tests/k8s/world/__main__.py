@@ -1,10 +1,12 @@
 """``python -m tests.k8s.world up|down|status`` — the world by hand, as a daemon.
 
-``up`` starts ``serve`` in the background (its own session; state, log and PID in
-``/tmp/raychaos-world/<name>/``), waits until the RayCluster is Ready and prints, as its last
-line, ``KUBECONFIG=<path> NAMESPACE=<ns> CLUSTER=<name>``. ``down`` stops the daemon by its
-recorded PID (SIGTERM, then SIGKILL), then removes whatever is left — processes by their
-``RAYCHAOS_WORLD`` marker, network namespaces, links, routes, /etc/netns entries, the folder —
+``up [--rayjob | --rayservice]`` starts ``serve`` in the background (its own session; state,
+log and PID in ``/tmp/raychaos-world/<name>/``), waits until the RayCluster is Ready and prints,
+as its last line, ``KUBECONFIG=<path> NAMESPACE=<ns> CLUSTER=<name>`` (``CLUSTER=rayjob/<name>``
+or ``rayservice/<name>`` with ``--rayjob``/``--rayservice``: the object, whose RayCluster the
+operator made). ``down`` stops the daemon by its recorded PID (SIGTERM, then SIGKILL), then
+removes whatever is left — processes by their ``RAYCHAOS_WORLD`` marker, network namespaces,
+links, routes, /etc/netns entries, the folder —
 and proves nothing is left (exit 1 and a list if something is).
 """
 
@@ -34,6 +36,13 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         if name in ("up", "serve"):
             s.add_argument("--namespace", default="ray")
             s.add_argument("--cluster", default="demo")
+            kind = s.add_mutually_exclusive_group()
+            kind.add_argument("--rayjob", action="store_true",
+                              help="a RayJob named --cluster; the operator makes its RayCluster")
+            kind.add_argument("--rayservice", action="store_true",
+                              help="a RayService named --cluster (Serve app, serve Service)")
+            s.add_argument("--submission-mode", default="K8sJobMode",
+                           choices=["K8sJobMode", "HTTPMode"], help="the RayJob's")
             s.add_argument("--no-gcs-ft", action="store_true",
                            help="no GCS fault tolerance (the negative control)")
             s.add_argument("--replacement-delay", type=float, default=0.0)
@@ -59,13 +68,16 @@ def serve(a: argparse.Namespace) -> int:
                   gcs_ft=not a.no_gcs_ft, state_root=a.state_root,
                   replacement_delay_s=a.replacement_delay,
                   head_restart_policy=a.head_restart_policy, image_mb=a.image_mb, port=a.port,
-                  keep_state=True, chaos_mesh=a.chaos_mesh)
+                  keep_state=True, workload=_kind(a), submission_mode=a.submission_mode,
+                  chaos_mesh=a.chaos_mesh)
     try:
         world.start()
         (folder / "daemon.pid").write_text(str(os.getpid()))
         seconds = world.wait_ready(timeout=a.timeout)
         (folder / "ready.json").write_text(json.dumps({
-            "kubeconfig": world.kubeconfig, "namespace": a.namespace, "cluster": a.cluster,
+            "kubeconfig": world.kubeconfig, "namespace": a.namespace,
+            "cluster": f"{_kind(a)}/{a.cluster}" if _kind(a) else a.cluster,
+            "raycluster": world.cluster,
             "url": world.url, "dashboard": world.proxy_url(), "ready_s": round(seconds, 1),
             "pid": os.getpid()}))
         print(f"ready in {seconds:.1f}s", flush=True)
@@ -97,6 +109,8 @@ def up(a: argparse.Namespace) -> int:
         argv.append("--no-gcs-ft")
     if a.chaos_mesh:
         argv.append("--chaos-mesh")
+    if _kind(a):
+        argv += [f"--{_kind(a)}", "--submission-mode", a.submission_mode]
     if a.head_restart_policy:
         argv += ["--head-restart-policy", a.head_restart_policy]
     log = open(folder / "daemon.log", "ab")  # noqa: SIM115 - the daemon's
@@ -112,7 +126,8 @@ def up(a: argparse.Namespace) -> int:
             info = json.loads((folder / "ready.json").read_text())
             print(f"world {a.name}: ready in {info['ready_s']}s; API {info['url']}; dashboard "
                   f"{info['dashboard']}")
-            print(f"KUBECONFIG={info['kubeconfig']} NAMESPACE={a.namespace} CLUSTER={a.cluster}")
+            print(f"KUBECONFIG={info['kubeconfig']} NAMESPACE={a.namespace} "
+                  f"CLUSTER={info['cluster']}")
             return 0
         if proc.poll() is not None:
             err = folder / "error.txt"
@@ -153,6 +168,11 @@ def status(a: argparse.Namespace) -> int:
         return 1
     print(ready.read_text())
     return 0
+
+
+def _kind(a: argparse.Namespace) -> str | None:
+    """rayjob | rayservice | None (a bare RayCluster)."""
+    return "rayjob" if a.rayjob else "rayservice" if a.rayservice else None
 
 
 def _alive(pid: int) -> bool:

@@ -59,6 +59,13 @@ BUILTIN = {r.plural: r for r in [
     Res("coordination.k8s.io", "v1", "leases", "Lease"),
     Res("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
         namespaced=False, status_sub=True, generation=True),
+    # stored only (nothing enforces them): `raychaos schedule` manifests are applied to the world
+    Res("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+    Res("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+    Res("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
+    Res("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding",
+        namespaced=False),
+    Res("batch", "v1", "cronjobs", "CronJob", status_sub=True, generation=True),
 ]}
 
 

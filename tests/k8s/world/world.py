@@ -30,6 +30,7 @@ from tests.k8s.world.runtime import MARKER, marked, sweep
 from tests.k8s.world.server import ApiServer
 from tests.k8s.world.simkubelet import SimKubelet, running_status
 from tests.k8s.world.store import Store
+from tests.k8s.world.workloads import Workloads, cluster_behind, default_workload
 
 __all__ = ["World", "NodeSpec", "default_nodes", "default_raycluster", "STATE_ROOT"]
 
@@ -100,7 +101,8 @@ class World:
                  head_delay_s: float = 0.0, head_restart_policy: str | None = None,
                  image_mb: float = 16.0, allow_privileged: bool = True,
                  restart_backoff_s: float = 10.0, port: int = 0, keep_state: bool = False,
-                 controllers: set[str] | None = None, chaos_mesh: bool = False):
+                 controllers: set[str] | None = None, chaos_mesh: bool = False,
+                 workload: str | None = None, submission_mode: str = "K8sJobMode"):
         self.name, self.namespace, self.cluster, self.gcs_ft = name, namespace, cluster, gcs_ft
         self.node_specs = default_nodes() if nodes is None else nodes
         self.state_dir = Path(state_root) / name
@@ -120,6 +122,10 @@ class World:
         self.started = False
         self.needs_host = any(n.kubelet == "real" for n in self.node_specs)
         self.chaos_mesh = chaos_mesh
+        # rayjob | rayservice: ``cluster`` names that object; the RayCluster is the operator's
+        self.workload, self.workload_name = workload, cluster if workload else None
+        self.submission_mode = submission_mode
+        self.workloads = Workloads(self.api) if workload else None
 
     # --- handy ---------------------------------------------------------------------------------
     @property
@@ -182,7 +188,15 @@ class World:
                                 json.loads(json.dumps(NETWORKCHAOS_CRD)))
                 self.controllers.add("chaos-mesh", ChaosMesh(self.api, self.kubelet).reconcile)
         self.controllers.start()
-        if self.cluster:
+        if self.workload and self.workloads is not None and self.workload_name:
+            self.workloads.start()
+            body = default_workload(self.workload, self.workload_name, self.namespace,
+                                    default_raycluster("x", self.namespace, self.gcs_ft)["spec"],
+                                    str(Path(__file__).resolve().parents[3] / "loads"),
+                                    self.submission_mode, self.gcs_ft)
+            self.api.create(self.api.resolve("ray.io", "v1", self.workload + "s"),
+                            self.namespace, body)
+        elif self.cluster:
             self.api.create(self.api.resolve("ray.io", "v1", "rayclusters"), self.namespace,
                             default_raycluster(self.cluster, self.namespace, self.gcs_ft))
 
@@ -253,6 +267,8 @@ class World:
         """End everything this world started; returns what is left (should be [])."""
         if not self.started:
             return []
+        if self.workloads is not None:
+            self.workloads.stop()
         self.controllers.stop()
         if self.services is not None:
             self.services.stop()
@@ -291,7 +307,15 @@ class World:
                 continue
         return {"processes": procs, "network": self.net.leftovers() if self.net else []}
 
+    def follow(self) -> str | None:
+        """With a RayJob/RayService: ``cluster`` := the RayCluster behind it now."""
+        if self.workload and self.workload_name:
+            self.cluster = cluster_behind(self.store, self.namespace, self.workload,
+                                          self.workload_name) or None
+        return self.cluster
+
     def ray_pods(self, node_type: str | None = None) -> list[dict]:
+        self.follow()
         sel = f"ray.io/cluster={self.cluster}" + (f",ray.io/node-type={node_type}"
                                                   if node_type else "")
         return [p for p in self.store.list("pods", self.namespace, sel)
@@ -305,6 +329,8 @@ class World:
         """Wait until the head and ``workers`` (all desired by default) Ray pods are Ready;
         returns the seconds it took. Raises TimeoutError naming what is not Ready."""
         t0 = time.monotonic()
+        while self.workload and not self.follow() and time.monotonic() - t0 < timeout:
+            time.sleep(0.5)  # the operator makes the RayCluster first
         rc = self.api.store.get("rayclusters", self.namespace, self.cluster or "")
         want = workers if workers is not None else sum(
             int(g.get("replicas", 0)) for g in (rc or {}).get("spec", {}).get(

@@ -32,6 +32,7 @@ from raychaos.targets.kubernetes import registry as k8s_registry
 from raychaos.targets.kubernetes import undo as k8s_undo
 from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.events import pod_changes, pull_events
+from raychaos.targets.kubernetes.incluster import use_service_dns
 from raychaos.targets.kubernetes.informer import Informer
 from raychaos.targets.kubernetes.raycluster import RayClusterHandle
 from raychaos.targets.kubernetes.safety import (
@@ -39,6 +40,7 @@ from raychaos.targets.kubernetes.safety import (
     gpu_count,
     unsupported,
 )
+from raychaos.targets.kubernetes.workload import Workload
 
 __all__ = ["KubernetesTarget"]
 
@@ -63,7 +65,8 @@ class KubernetesTarget:
         self.spec = spec
         self.ns = spec.namespace
         self.run_id = run_id or uuid.uuid4().hex[:12]
-        self.cluster = spec.cluster or ""
+        self.cluster = spec.cluster or (spec.name if spec.kind == "raycluster" else "") or ""
+        self.workload: Workload | None = None  # the RayJob/RayService named (workload.py)
         self.api: ApiSession | None = None
         self.handle: RayClusterHandle | None = None
         self.raycluster: dict[str, Any] = {}
@@ -79,6 +82,10 @@ class KubernetesTarget:
         api = ApiSession.connect(self.spec.kubeconfig, self.spec.context, self.spec.dry_run)
         where = f"kubernetes API at {api.host}"
         try:
+            if self.spec.kind != "raycluster" and self.spec.name:
+                self.workload = Workload(api, self.ns, self.spec.kind, self.spec.name,
+                                         self.spec.dashboard_url)
+                self.cluster = self.workload.resolve()
             if not self.cluster:
                 found = api.read(api.custom.list_namespaced_custom_object, "ray.io", "v1",
                                  self.ns, "rayclusters")["items"]
@@ -90,8 +97,8 @@ class KubernetesTarget:
                 self.cluster = found[0]["metadata"]["name"]
             self.raycluster = api.read(api.custom.get_namespaced_custom_object, "ray.io", "v1",
                                        self.ns, "rayclusters", self.cluster)
-            handle = RayClusterHandle(api, self.ns, self.cluster, self.raycluster,
-                                      self.spec.dashboard_url)
+            handle = use_service_dns(RayClusterHandle(api, self.ns, self.cluster,
+                                                      self.raycluster, self.spec.dashboard_url))
             self.handle = handle
             handle.find_token()
         except KubeApiError as exc:
@@ -111,6 +118,8 @@ class KubernetesTarget:
         self.api = api
 
     def _close(self, api: ApiSession) -> None:
+        if self.workload is not None:
+            self.workload.close()
         if self.handle is not None:
             self.handle.close()
             self.handle = None
@@ -198,7 +207,12 @@ class KubernetesTarget:
                     f"{handle.head_service_name()} (re-resolved per connection)"
                     + (f"; {fwd.stats['connections']} connections, last pod {fwd.last_pod}"
                        if fwd else "")),
-                "ray_auth": handle.token_source, "job_drivers": self.drivers}
+                "ray_auth": handle.token_source, "job_drivers": self.drivers,
+                "owner": self.owner()}
+
+    def owner(self) -> dict[str, Any]:
+        """The RayJob/RayService named, and its status now ({} for a RayCluster)."""
+        return self.workload.status() if self.workload is not None else {}
 
     # --- observation ---------------------------------------------------------------------------
     def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:
@@ -236,6 +250,9 @@ class KubernetesTarget:
         """Ray Serve through raychaos's port-forward to a pod with a Serve proxy (a worker
         first: it keeps serving while the head is down)."""
         handle = self._handle()
+        via_service = self.workload and self.workload.serve_url(lambda: self._handle().pods())
+        if via_service:  # a RayService: through <name>-serve-svc, as its clients go
+            return via_service
         handle.note_serve_proxies()
         return handle.forward("serve").url
 
@@ -253,6 +270,13 @@ class KubernetesTarget:
         fresh = [e for e in pull_events(self._pulled.items(), since - 1.0)
                  if e["uid"] not in self._emitted]
         self._emitted |= {e.pop("uid") for e in fresh}
+        if self.workload is not None:  # its status; a switch to another RayCluster
+            owned, moved = self.workload.events(self._handle())
+            if moved is not None:
+                self._handle().close()
+                self.handle, self.cluster, self._pod_snapshot = moved, moved.name, None
+                self.raycluster = moved.raycluster
+            fresh += owned
         changes, self._pod_snapshot = pod_changes(self._pod_snapshot, self._handle().pods(),
                                                   time.time())
         return sorted(fresh + changes, key=lambda e: e["ts"])

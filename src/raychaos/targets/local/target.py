@@ -102,6 +102,10 @@ class LocalTarget:
     def close(self) -> None:
         self.cluster.close()
 
+    def owner(self) -> dict[str, Any]:
+        """No RayJob or RayService runs the local cluster (a local Serve app plays one)."""
+        return {}
+
     def run_lock(self) -> RunLock:
         from raychaos.targets.lock import FileLock
 
