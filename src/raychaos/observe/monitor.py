@@ -7,6 +7,9 @@ Two threads, so a slow HTTP call can never blur the GCS signal:
   ``gpus_total`` and the IDs of the alive workers;
 - the **job poller** (every second) reads each load job's status and new driver-log lines and
   writes their ``RAYCHAOS_STATS`` lines as ``load`` records placed at their own timestamps.
+
+Each sample also times its GCS question (``gcs_ms``) and watches for nodes going DEAD, and the
+poller writes link rates and failed health checks (:mod:`raychaos.observe.signals`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 from raychaos.catalog import stats_format
 from raychaos.observe.prometheus import resource_snapshot
+from raychaos.observe.signals import DeathWatch, SignalSampler
 from raychaos.results.store import Clock, Ev, Timeline
 from raychaos.targets.base import Target
 
@@ -47,6 +51,8 @@ class Monitor:
         self._events_since = clock.wall0
         self.resources: dict[str, Any] = {}
         self.job_every_s = 1.0  # the Jobs API is slower and load stats come per second
+        self.deaths = DeathWatch(target, timeline)
+        self.signals = SignalSampler(target, timeline)
 
     def start(self) -> None:
         for fn, name in ((self._sample_loop, "raychaos-gcs-sampler"),
@@ -63,9 +69,11 @@ class Monitor:
 
     def sample_once(self) -> dict[str, Any]:
         # a dead GCS refuses at once; a busy one (2 loaded cores) may need a second
+        asked = time.monotonic()
         up = self.target.gcs_alive(timeout=1.0)
         record: dict[str, Any] = {"gcs_up": up, **self.resources}
         if up:
+            record["gcs_ms"] = round((time.monotonic() - asked) * 1000, 2)
             try:
                 nodes = self.target.nodes(timeout=max(0.1, self.interval_s))
                 alive = [n for n in nodes if n.state in ("ALIVE", "DRAINING")]
@@ -73,6 +81,7 @@ class Monitor:
                               nodes_draining=sum(n.state == "DRAINING" for n in nodes),
                               gpus_total=sum(n.gpus for n in alive),
                               alive_ids=sorted(n.node_id[:12] for n in alive if not n.is_head))
+                self.deaths.observe(nodes)
             except Exception:
                 record["nodes_unknown"] = True
         self.last = record
@@ -134,5 +143,9 @@ class Monitor:
                 self.resources = resource_snapshot(self.target.metrics_texts())
             except Exception as exc:
                 self.timeline.event(Ev.MONITOR_ERROR, "metrics", error=repr(exc))
+            try:  # link rates and the GCS's failed health checks
+                self.signals.sample()
+            except Exception as exc:
+                self.timeline.event(Ev.MONITOR_ERROR, "signals", error=repr(exc))
             self._poll_jobs()
             self.cpu_seconds += time.thread_time() - cpu0

@@ -18,6 +18,7 @@ from typing import Any
 
 from raychaos.catalog import stats_format
 from raychaos.config.settings import SloProfile, SloSpec
+from raychaos.observe.signals import FAULT_METRICS, fault_metric
 from raychaos.observe.windows import windows
 
 __all__ = ["OPS", "evaluate", "load_metrics", "weighted_percentile", "windows"]
@@ -103,6 +104,8 @@ def metric_value(slo: SloSpec, records: list[dict[str, Any]],
         ev = probes.get("sentinel_preserved", {}).get("evidence")
         return (None if ev is None else float(bool(ev.get("preserved")))), {
             "probe": "sentinel_preserved"}
+    if slo.metric in FAULT_METRICS:  # deaths, health checks, GCS latency, consistency
+        return fault_metric(slo.metric, slo.window, records, wins, probes)
     if slo.metric == "throughput_recovery_s":
         return throughput_recovery_s(records, wins, slo.load), {"window": "after chaos"}
     if slo.window not in wins:

@@ -16,6 +16,7 @@ from raychaos.config.experiment import Experiment
 from raychaos.context import Run
 from raychaos.observe.monitor import Monitor
 from raychaos.observe.slo import evaluate
+from raychaos.observe.windows import fault_spans
 from raychaos.results.store import read_timeline
 
 __all__ = ["EXIT", "mark_journal", "summarize"]
@@ -51,6 +52,7 @@ def summarize(experiment: Experiment, run: Run, journal: dict[str, Any] | None, 
         "hypothesis": {"deviated": deviated,
                        "journal_status": journal.get("status") if journal else None},
         "windows": wins, "probes": run.probes, "slos": slos, "faults": faults,
+        "fault_spans": fault_spans(records),
         "monitor": {"interval_s": run.settings.monitor.interval_s,
                     "samples": monitor.samples if monitor else 0,
                     "cpu_seconds": round(monitor.cpu_seconds, 3) if monitor else 0},

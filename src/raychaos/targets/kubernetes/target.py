@@ -23,6 +23,7 @@ from raychaos.targets.base import NodeInfo, Refusal, RunLock
 from raychaos.targets.kubernetes import drain as k8s_drain
 from raychaos.targets.kubernetes import head as k8s_head
 from raychaos.targets.kubernetes import network as k8s_network
+from raychaos.targets.kubernetes import rayfaults
 from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.safety import (
     CORDONED_BY,
@@ -133,6 +134,7 @@ class KubernetesTarget:
     def preflight(self, fault: str, args: Mapping[str, Any]) -> None:
         if fault == "drain_gpu_nodes":
             self.select_drain_victims(int(args.get("count", 1)), args.get("selector"))
+        rayfaults.preflight(self, fault, args)
 
     def run_lock(self) -> RunLock:
         """One run at a time on this RayCluster: a coordination.k8s.io Lease next to it."""
@@ -228,6 +230,10 @@ class KubernetesTarget:
     def cluster_events(self, since: float) -> list[dict[str, Any]]:
         """Image pulls the kubelet reported (``Pulled`` events) since ``since``."""
         return k8s_network.pull_events(self._api(), self.ns, since)
+
+    # Ray's fault flags, blackouts and their evidence: methods written in rayfaults
+    (gcs_call_ms, node_resources, raylet_alive, node_env, ray_log_counts, network_counters,
+     job_history, restart_with_env, cut_network, restore_network) = rayfaults.METHODS
 
     def dashboard_url(self) -> str:
         if not self.spec.dashboard_url:
@@ -370,6 +376,8 @@ class KubernetesTarget:
                 return {"undone": True, "uncordoned": k8s_drain.uncordon(api, undo["nodes"])}
             if kind in k8s_network.UNDO_KINDS:
                 return {"undone": True, "deleted": k8s_network.delete_created(api, undo)}
+            if kind in rayfaults.UNDO_KINDS:
+                return rayfaults.undo(api, record)
         except (KubeApiError, TargetUnavailable) as exc:
             raise RollbackFailed(f"undo {kind}: {undo} may still be applied: {exc}") from exc
         raise RollbackFailed(f"undo: unknown fault kind {kind!r} in record {record.get('id')}")

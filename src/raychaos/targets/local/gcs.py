@@ -94,5 +94,32 @@ class GcsProbe:
                                                 timeout=timeout)
         return bool(ok), (str(why) if why else None)
 
+    def resources(self, timeout: float = 2.0) -> dict[str, dict[str, dict[str, float]]]:
+        """``{node_id: {"total": {...}, "available": {...}}}`` from the GCS's resource view
+        (what the raylets last reported); raises on no answer."""
+        reply = self._gcs_client().get_all_resource_usage(timeout=timeout)
+        batch = getattr(getattr(reply, "resource_usage_data", reply), "batch", [])
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for data in batch:
+            node_id = data.node_id.hex() if isinstance(data.node_id, bytes) else str(data.node_id)
+            out[node_id] = {"total": {k: float(v) for k, v in dict(data.resources_total).items()},
+                            "available": {k: float(v) for k, v in
+                                          dict(data.resources_available).items()}}
+        return out
+
+    def jobs(self, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Every job the GCS's job table lists: ID, submission ID, entrypoint, dead or not."""
+        infos = self._gcs_client().get_all_job_info(timeout=timeout)
+        out = []
+        for job_id, info in infos.items():
+            api = getattr(info, "job_info", None)
+            metadata = dict(getattr(getattr(info, "config", None), "metadata", {}) or {})
+            out.append({"job_id": job_id.hex() if hasattr(job_id, "hex") else str(job_id),
+                        "submission_id": (getattr(api, "submission_id", "") if api else "")
+                        or metadata.get("job_submission_id") or None,
+                        "entrypoint": str(getattr(info, "entrypoint", "") or "")[:200],
+                        "dead": bool(getattr(info, "is_dead", False))})
+        return sorted(out, key=lambda j: j["job_id"])
+
     def close(self) -> None:
         self._client = None

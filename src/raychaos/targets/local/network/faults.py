@@ -22,6 +22,7 @@ from typing import Any
 from raychaos.errors import ConfigError, FaultFailed, NothingMatched, RollbackFailed
 from raychaos.results.store import checkpoint
 from raychaos.targets.local.cluster import LocalCluster
+from raychaos.targets.local.network.blackout import BLACKOUT_TABLE
 from raychaos.targets.local.network.shaping import (
     NFT_TABLE,
     add_tbf,
@@ -145,15 +146,17 @@ def undo_netfault(cluster: LocalCluster, undo: dict[str, Any]) -> dict[str, Any]
             "nft": len(undo.get("nft", [])), "pids": undo.get("pids", [])}
 
 def netfault_leftovers(cluster: LocalCluster) -> dict[str, Any]:
-    """Every tbf/htb and nft table of ours on this cluster's links (empty when clean)."""
+    """Every tbf/htb and nft table of ours (saturation, blackout) on this cluster's links (empty
+    when clean)."""
     out: dict[str, Any] = {"qdiscs": [], "nft": []}
     for name, plan in cluster.pods().items():
         for dev, ns in ((cluster.net.host_link(plan["index"]), None),
                         (cluster.net.node_link(plan["index"]), plan["netns"])):
             if root_qdisc(dev, ns) in ("tbf", "htb", "netem"):
                 out["qdiscs"].append(f"{ns or 'host'}/{dev}")
-        if NFT_TABLE in nft_tables(plan["netns"]):
-            out["nft"].append(name)
+        tables = nft_tables(plan["netns"])
+        out["nft"] += [name if t == NFT_TABLE else f"{name}/{t}"
+                       for t in (NFT_TABLE, BLACKOUT_TABLE) if t in tables]
     if root_qdisc(cluster.net.bridge) in ("tbf", "htb"):
         out["qdiscs"].append(cluster.net.bridge)
     return out
