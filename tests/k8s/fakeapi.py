@@ -272,6 +272,7 @@ class FakeKube:
             new = self._pod(labels["ray.io/cluster"], old["metadata"]["namespace"],
                             labels["ray.io/node-type"], labels["ray.io/group"], node,
                             gpus=gpus, ready=False)
+            self._from_template(new)
             if not node:
                 new["spec"].pop("nodeName")
                 new["status"]["conditions"].append({
@@ -281,6 +282,21 @@ class FakeKube:
         if node:
             self.later(self.ready_delay, self._make_ready, new["metadata"]["namespace"],
                        new["metadata"]["name"])
+
+    def _from_template(self, pod: dict) -> None:
+        """KubeRay builds a pod from its group's template: its labels and container env."""
+        meta = pod["metadata"]
+        rc = self.store["rayclusters"].get((meta["namespace"], meta["labels"]["ray.io/cluster"]))
+        spec = (rc or {}).get("spec", {})
+        group = meta["labels"].get("ray.io/group")
+        groups = [spec.get("headGroupSpec") or {}] if meta["labels"].get(
+            "ray.io/node-type") == "head" else [g for g in spec.get("workerGroupSpecs") or []
+                                                if g.get("groupName") == group]
+        template = (groups[0] if groups else {}).get("template") or {}
+        meta["labels"].update((template.get("metadata") or {}).get("labels") or {})
+        containers = (template.get("spec") or {}).get("containers") or [{}]
+        if containers[0].get("env"):
+            pod["spec"]["containers"][0]["env"] = copy.deepcopy(containers[0]["env"])
 
     def _make_ready(self, ns: str, name: str) -> None:
         with self.lock:

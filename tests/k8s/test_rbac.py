@@ -43,11 +43,21 @@ def tour(fake, make_target) -> set[tuple[str, str, str]]:  # noqa: ANN001
     t.undo(rec)
     throttle(t, 1e6, nodes=["gpu-0"], registry_hosts=["r.example"], record={})
     saturate(t, record={})
+    worker = next(n.name for n in t.nodes() if not n.is_head and n.state == "ALIVE")
+    cut: dict = {}
+    t.cut_network(nodes=[worker], record=cut)
+    t.undo(cut)
+    flags: dict = {}  # Ray's fault flags: the group's template patched, the pod recreated
+    t.restart_with_env(nodes=[worker], env={"RAY_testing_asio_delay_us": "x=1:2"}, wait_s=5,
+                       record=flags)
+    t.undo(flags)
     t.cluster_events(0)
     t.cleanup_run()
     with fake.lock:
         fake.remove("customresourcedefinitions", "", "networkchaos.chaos-mesh.org")
     saturate(t, record={}, nodes=["gpu-0", "gpu-1"])
+    worker = next(n.name for n in t.nodes() if not n.is_head and n.state == "ALIVE")
+    t.cut_network(nodes=[worker], record={})  # the DaemonSet kind of cut
     t.cleanup_run()
     dry = make_target(dry_run=True)
     dry.kill_head("gcs", {})

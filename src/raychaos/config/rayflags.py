@@ -76,6 +76,7 @@ _GCS_SERVICES: dict[str, tuple[str, ...]] = {
     "PlacementGroupInfoGcsService": ("CreatePlacementGroup", "GetAllPlacementGroup",
                                      "GetNamedPlacementGroup", "GetPlacementGroup",
                                      "RemovePlacementGroup", "WaitPlacementGroupUntilReady"),
+    "RayEventExportGcsService": ("AddEvents",),
     "RuntimeEnvGcsService": ("PinRuntimeEnvURI",),
     "TaskInfoGcsService": ("AddTaskEventData", "GetTaskEvents"),
     "WorkerInfoGcsService": ("AddWorkerInfo", "GetAllWorkerInfo", "GetWorkerInfo",
@@ -133,6 +134,9 @@ RPC_COUNTS = ("num_lower_bound_req_failures", "num_lower_bound_resp_failures",
 RPC_KEYS = ("num_failures", *RPC_PROBS, *RPC_COUNTS)
 
 Problem = tuple[str, str]  # (key path below the argument, message)
+CLIENT_HINT = (" (client call names look like 'NodeManagerService.grpc_client.RequestWorkerLease'"
+               " or 'ray::rpc::NodeInfoGcsService.grpc_client.GetAllNodeInfo')")
+HANDLER_HINT = " (GCS handlers look like 'NodeInfoGcsService.GetAllNodeInfo')"
 
 
 def _suggest(name: str, known: list[str] | tuple[str, ...] | frozenset[str]) -> str:
@@ -184,7 +188,7 @@ def _one_method(method: str, config: Any) -> list[Problem]:
             continue
         if not 0 <= value <= 1:
             hint = (f" (a probability, not Ray's percent: {value:g}% is {value / 100:g})"
-                    if 1 < value <= 100 else "")
+                    if 1 < value <= 100 and float(value).is_integer() else "")
             out.append((f"{where}.{key}", f"must be in [0, 1], got {value!r}{hint}"))
             continue
         if abs(value * 100 - round(value * 100)) > 1e-9:
@@ -218,10 +222,8 @@ def rpc_failure_problems(spec: Any) -> list[Problem]:
                          f"give '*' alone or name methods ({sorted(parsed)[:3]})"))
     for method, config in parsed.items():
         if method != "*" and method not in CLIENT_METHODS:
-            out.append((method, f"unknown RPC method for Ray {RAY_VERSION} (client call "
-                                f"names look like "
-                                f"'NodeManagerService.grpc_client.RequestWorkerLease')"
-                                f"{_suggest(method, CLIENT_METHODS)}"))
+            out.append((method, f"unknown RPC method for Ray {RAY_VERSION}"
+                                f"{_suggest(method, CLIENT_METHODS) or CLIENT_HINT}"))
             continue
         out += _one_method(method, config)
     return out
@@ -253,10 +255,9 @@ def asio_delay_problems(methods: list[str] | None, min_ms: float, max_ms: float
                                          "on the head, not only GCS requests: name GCS "
                                          "handlers, or leave methods out for all of them"))
         elif name not in GCS_HANDLERS:
+            hint = _suggest(name, GCS_HANDLERS) or HANDLER_HINT
             out.append((f"methods[{i}]", f"unknown GCS request handler {name!r} for Ray "
-                                         f"{RAY_VERSION} (they look like "
-                                         f"'NodeInfoGcsService.GetAllNodeInfo')"
-                                         f"{_suggest(name, GCS_HANDLERS)}"))
+                                         f"{RAY_VERSION}{hint}"))
     if methods is not None and not methods:
         out.append(("methods", "is empty: name at least one GCS handler, or leave it out for "
                                "all of them"))

@@ -79,7 +79,8 @@ def blackout(nodes: list[str] | None = None,
             evidence.update(landed=True, dry_run=dry)
             run.ledger.update(record, evidence=evidence)
             if dry:  # a recorded plan: one cycle shows every call; nothing to wait for
-                evidence["planned_cycles"] = count
+                evidence.update(planned_cycles=count, note=f"{count} cycle(s): cut, {down_s:g} s "
+                                f"down, restore, every {every_s:g} s; the calls of one shown")
                 break
             if i + 1 < count and run.wait(every_s - (time.monotonic() - start)):
                 break

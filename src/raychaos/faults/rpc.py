@@ -39,7 +39,17 @@ from raychaos.context import current
 from raychaos.errors import FaultFailed
 from raychaos.faults.network import node_names
 
-__all__ = ["inject_rpc_failures", "slow_gcs"]
+__all__ = ["RESTARTS", "inject_rpc_failures", "slow_gcs"]
+
+#: what the plan (``--dry-run``) says about these faults: they restart nodes
+RESTARTS = {
+    "inject_rpc_failures": "restarts the nodes with RAY_testing_rpc_failure (on Kubernetes: "
+                           "patches their group's container env and recreates the pods), and "
+                           "the undo restarts them without it",
+    "slow_gcs": "restarts the head with RAY_testing_asio_delay_us (on Kubernetes: patches the "
+                "head group's container env and recreates the head pod; without GCS fault "
+                "tolerance the workers are lost), and the undo restarts it without it",
+}
 
 
 def _spec(args: Mapping[str, Any]) -> list[Problem]:

@@ -74,8 +74,12 @@ def check_ray_version(raycluster: dict[str, Any], fault: str) -> None:
 
 
 def _pods(api: ApiSession, ns: str, cluster: str, names: list[str]) -> list[dict[str, Any]]:
+    """The Ray pods named (``head`` is the head pod, whatever its name)."""
     pods = {p["metadata"]["name"]: p for p in api.read(
-        api.core.list_namespaced_pod, ns, label_selector=f"ray.io/cluster={cluster}")["items"]}
+        api.core.list_namespaced_pod, ns, label_selector=f"ray.io/cluster={cluster}")["items"]
+        if "deletionTimestamp" not in p["metadata"]}
+    heads = [n for n, p in pods.items() if _group(p) == "head"]
+    names = [heads[0] if n == "head" and heads else n for n in names]
     unknown = [n for n in names if n not in pods]
     if unknown:
         raise NothingMatched(f"no Ray pod {unknown[0]!r} of RayCluster {cluster} in namespace "
@@ -130,7 +134,7 @@ def _node_env(api: ApiSession, ns: str, cluster: str, nodes: list[str], names: l
     out = {}
     for pod in api.read(api.core.list_namespaced_pod, ns,
                         label_selector=f"ray.io/cluster={cluster}")["items"]:
-        if pod["metadata"]["name"] in nodes:
+        if pod["metadata"]["name"] in nodes or ("head" in nodes and _group(pod) == "head"):
             container = (pod["spec"].get("containers") or [{}])[0]
             out[f"{pod['metadata']['name']}/{container.get('name')}"] = _env_of(container, names)
     return out
@@ -173,7 +177,8 @@ def _restart_with_env(api: ApiSession, ns: str, cluster: str, run_id: str,
     _patch_groups(api, ns, rc, groups, add)
     for pod in pods:
         _delete_pod(api, ns, pod["metadata"]["name"])
-    evidence: dict[str, Any] = {"nodes": list(nodes), "groups": sorted(groups),
+    evidence: dict[str, Any] = {"nodes": [p["metadata"]["name"] for p in pods],
+                                "groups": sorted(groups),
                                 "variables": dict(env), "note": RESTART_NOTE,
                                 "dry_run": api.gate.dry_run, "landed": True}
     if api.gate.dry_run:
