@@ -137,3 +137,48 @@ def test_a_head_kill_during_a_blackout_overlaps_and_everything_comes_back(cluste
     assert code == 0, json.dumps({k: summary[k] for k in ("slos", "probes", "errors")},
                                  indent=1)[:6000]
     _shape_restored(cluster[0])
+
+
+def _harness(tmp_path: Any, root: Any, act: dict) -> Any:
+    from ._harness import HarnessRun, experiment
+
+    target = {"target": {"kind": "local", "local": {"name": NAME, **EAGER}}}
+    return HarnessRun(tmp_path, experiment(NAME, [act], extra=target), root)
+
+
+def test_sigint_in_a_blackout_leaves_no_rule(cluster, tmp_path):
+    import signal
+
+    from ._harness import action
+
+    target, root = cluster
+    run = _harness(tmp_path, root, action("blackout", "blackout", nodes=["worker-2"],
+                                          down_s=60, every_s=90))
+    run.wait_event("blackout_down")
+    assert target.netfault_leftovers()["nft"] == ["worker-2/raychaos_blackout"]
+    run.signal(signal.SIGINT)
+    assert run.finish() == 2 and run.summary()["status"] == "interrupted"
+    assert [r["state"] for r in run.ledger()["faults"]] == ["undone"]
+    assert target.netfault_leftovers() == {"qdiscs": [], "nft": []}
+
+
+def test_sigkill_while_rpc_flags_apply_then_rollback_leaves_no_node_with_the_flag(
+        cluster, tmp_path):
+    import signal
+
+    from ._harness import action, run_cli
+
+    target, root = cluster
+    spec = {"NodeManagerService.grpc_client.RequestWorkerLease": {
+        "num_failures": -1, "req_failure_prob": 0.1}}
+    run = _harness(tmp_path, root, action("rpc", "inject_rpc_failures", nodes=["worker-2"],
+                                          spec=spec))
+    run.wait_for(lambda: target.node_env(["worker-2"], list(FAULT_ENV)).get("worker-2/raylet"),
+                 "worker-2 restarted with the flag")
+    run.proc.send_signal(signal.SIGKILL)
+    run.finish()
+    [rec] = run.ledger()["faults"]
+    assert rec["undo"]["kind"] == "node_env" and rec["state"] in ("pending", "applied")
+    rolled = run_cli("rollback", str(run.run_dir))
+    assert rolled.returncode == 0 and "undone ['f1']" in rolled.stdout, rolled.stderr
+    _shape_restored(target)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from raychaos.config.rayflags import HEALTH_CHECK_ENV
+from raychaos.config.rayflags import HEALTH_CHECK_ENV, RAY_VERSION
 from raychaos.config.settings import LocalClusterSpec
 from raychaos.errors import ConfigError, NothingMatched, RollbackFailed, TargetUnavailable
 from raychaos.results.redact import redact_text
@@ -145,7 +145,14 @@ class LocalTarget:
     def preflight(self, fault: str, args: Mapping[str, Any]) -> None:
         if fault == "drain_gpu_nodes":
             self.select_drain_victims(int(args.get("count", 1)), args.get("selector"))
-        elif fault in NODE_FAULTS:
+        if fault in ("inject_rpc_failures", "slow_gcs"):
+            from importlib.metadata import version
+
+            if version("ray") != RAY_VERSION:  # the nodes run the Ray installed here
+                raise ConfigError(f"{fault}: local cluster '{self.spec.name}' runs Ray "
+                                  f"{version('ray')}, and raychaos knows the fault flags of "
+                                  f"Ray {RAY_VERSION} only (a malformed flag kills the process)")
+        if fault in NODE_FAULTS:
             known = [p.name for p in self.cluster.plans()]
             nodes = list(args.get("nodes") or ["worker-1"])
             unknown = [n for n in nodes if n not in known]
