@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 target.up()
                 if args.only != "shuffle":
-                    rows[f"blackout 8 s x2, {label} health checks"] = _run(
+                    rows[f"blackout 12 s x2, {label} health checks"] = _run(
                         "blackout-false-deaths", local, root, tmp, {})
                 if label == "eager" and args.only != "blackout":
                     for mbit in (2, 200):

@@ -104,10 +104,10 @@ def test_a_blackout_the_eager_gcs_does_not_ride_out_is_a_false_death(cluster, tm
                                                                     monkeypatch):
     monkeypatch.chdir(REPO)
     code, summary = _run("blackout-false-deaths", cluster, tmp_path,
-                         lambda d: method_args(d, "blackout").update(every_s=14))
+                         lambda d: method_args(d, "blackout").update(count=1))
     [fault] = summary["faults"]
-    assert fault["state"] == "undone" and fault["evidence"]["cycles_run"] == 2
-    assert all(7.5 <= c["down_s"] <= 9.5 for c in fault["evidence"]["cycles"])
+    assert fault["state"] == "undone" and fault["evidence"]["cycles_run"] == 1
+    assert all(11.5 <= c["down_s"] <= 13.5 for c in fault["evidence"]["cycles"])
     deaths = _probes(summary)["false_node_deaths"]
     assert deaths["verdict"] == "fail" and deaths["evidence"]["false_deaths"] >= 1
     assert {d["node"] for d in deaths["evidence"]["false"]} == {"worker-1"}

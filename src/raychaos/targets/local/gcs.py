@@ -109,7 +109,9 @@ class GcsProbe:
 
     def jobs(self, timeout: float = 5.0) -> list[dict[str, Any]]:
         """Every job the GCS's job table lists: ID, submission ID, entrypoint, dead or not."""
-        infos = self._gcs_client().get_all_job_info(timeout=timeout)
+        infos = self._gcs_client().get_all_job_info(  # no fan-out to the drivers: the table only
+            skip_submission_job_info_field=True, skip_is_running_tasks_field=True,
+            timeout=timeout)
         out = []
         for job_id, info in infos.items():
             api = getattr(info, "job_info", None)

@@ -106,7 +106,8 @@ def _restart(cluster: LocalCluster, names: list[str], timeout: float) -> dict[st
         workers_back = all(ids <= now.get(n, set()) for n, ids in before.items()
                            if n not in names and n != "head")
         restarted = all(now.get(n, set()) - before.get(n, set()) for n in names)
-        if restarted and workers_back and cluster.gcs_alive(1.0):
+        if restarted and workers_back and cluster.gcs_alive(1.0) and (
+                "head" not in names or _dashboard_up(cluster)):
             break
         time.sleep(0.3)
     else:
@@ -121,6 +122,18 @@ def _restart(cluster: LocalCluster, names: list[str], timeout: float) -> dict[st
             "node_ids_before": {n: sorted(before.get(n, set())) for n in names},
             "node_ids_after": {n: sorted(now.get(n, set()) - before.get(n, set()))
                                for n in names}}
+
+
+def _dashboard_up(cluster: LocalCluster) -> bool:
+    """The restarted head serves its Jobs API again (it comes up after the GCS)."""
+    import urllib.request
+
+    url = str(cluster.require().get("dashboard_url", ""))
+    try:
+        with urllib.request.urlopen(f"{url}/api/version", timeout=1.0) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
 
 
 def _set_extra_env(cluster: LocalCluster, names: list[str], env: dict[str, str] | None,
