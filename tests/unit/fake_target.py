@@ -261,7 +261,7 @@ class FakeTarget:
 
     def saturate_network(self, *, nodes: list[str], bandwidth_bps: float, loss_pct: float,
                          latency_ms: float, flood: bool, partition: bool, flood_s: float,
-                         record: dict[str, Any]) -> dict[str, Any]:
+                         record: dict[str, Any], queue_ms: float = 100.0) -> dict[str, Any]:
         if "worker-9" in nodes:
             raise FaultFailed("fake: no effect measured on worker-9")
         return self._apply("network", record, nodes=list(nodes), bandwidth_bps=bandwidth_bps)

@@ -209,8 +209,9 @@ class Target(Protocol):
 
     def saturate_network(self, *, nodes: list[str], bandwidth_bps: float, loss_pct: float,
                          latency_ms: float, flood: bool, partition: bool, flood_s: float,
-                         record: dict[str, Any]) -> dict[str, Any]:
-        """Degrade the network of ``nodes``; evidence: a transfer measured before and during."""
+                         record: dict[str, Any], queue_ms: float = 100.0) -> dict[str, Any]:
+        """Degrade the network of ``nodes``; evidence: a transfer measured before and during.
+        ``queue_ms``: how long a packet may wait in the shaper (a deep queue: bufferbloat)."""
         ...
 
     def restart_with_env(self, *, nodes: list[str], env: dict[str, str], wait_s: float,

@@ -47,11 +47,13 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "set it to 0",
         "latency_ms": "not supported on the kubernetes target yet; set it to 0",
         "partition": "not supported on the kubernetes target yet; set it to false",
+        "queue_ms": "not supported on the kubernetes target yet; leave it at 100",
     },
 }
 #: The fault functions' defaults: an argument equal to these asks for nothing unsupported.
 NEUTRAL: dict[str, Any] = {"latency_ms": 0.0, "error_rate": 0.0, "restart_workers": None,
-                           "image_mb": 32.0, "loss_pct": 0.0, "partition": False}
+                           "image_mb": 32.0, "loss_pct": 0.0, "partition": False,
+                           "queue_ms": 100.0}
 
 __all__ = ["KubernetesTarget"]
 
@@ -338,7 +340,7 @@ class KubernetesTarget:
 
     def saturate_network(self, *, nodes: list[str], bandwidth_bps: float, loss_pct: float,
                          latency_ms: float, flood: bool, partition: bool, flood_s: float,
-                         record: dict[str, Any]) -> dict[str, Any]:
+                         record: dict[str, Any], queue_ms: float = 100.0) -> dict[str, Any]:
         """Chaos Mesh NetworkChaos (bandwidth) on the Ray pods if installed, else iperf3 pod
         pairs pinned to ``nodes`` (Kubernetes node names) to saturate their links."""
         return k8s_network.saturate_network(

@@ -261,10 +261,11 @@ class LocalTarget:
 
     def saturate_network(self, *, nodes: list[str], bandwidth_bps: float, loss_pct: float,
                          latency_ms: float, flood: bool, partition: bool, flood_s: float,
-                         record: dict[str, Any]) -> dict[str, Any]:
+                         record: dict[str, Any], queue_ms: float = 100.0) -> dict[str, Any]:
         return netfaults.saturate_network(
             self.cluster, nodes=nodes, bandwidth_bps=bandwidth_bps, loss_pct=loss_pct,
-            flood=flood, partition=partition, flood_s=flood_s, record=record)
+            flood=flood, partition=partition, flood_s=flood_s, record=record,
+            queue_ms=queue_ms)
 
     def restart_with_env(self, *, nodes: list[str], env: dict[str, str], wait_s: float,
                          record: dict[str, Any]) -> dict[str, Any]:

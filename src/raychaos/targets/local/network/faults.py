@@ -63,7 +63,7 @@ def measure_transfer(cluster: LocalCluster, src: str, dst: str, seconds: float =
 # --- the fault -------------------------------------------------------------------------
 def saturate_network(cluster: LocalCluster, *, nodes: list[str], bandwidth_bps: float,
                      loss_pct: float, flood: bool, partition: bool, flood_s: float,
-                     record: dict[str, Any]) -> dict[str, Any]:
+                     record: dict[str, Any], queue_ms: float = 100.0) -> dict[str, Any]:
     pods = cluster.pods()
     if not nodes:
         raise NothingMatched("saturate_network: nodes is empty; name at least one node")
@@ -91,7 +91,8 @@ def saturate_network(cluster: LocalCluster, *, nodes: list[str], bandwidth_bps: 
             for dev, ns in links:
                 undo["qdiscs"].append({"dev": dev, "netns": ns})
                 checkpoint(record)  # on disk before the qdisc exists
-                applied["qdiscs"][f"{ns or 'host'}/{dev}"] = add_tbf(dev, bandwidth_bps, ns)
+                applied["qdiscs"][f"{ns or 'host'}/{dev}"] = add_tbf(dev, bandwidth_bps, ns,
+                                                                     queue_ms)
         rules = []
         if partition:
             rules = [f'iifname "{links[1][0]}" drop', f'oifname "{links[1][0]}" drop']
@@ -123,6 +124,7 @@ def saturate_network(cluster: LocalCluster, *, nodes: list[str], bandwidth_bps: 
         raise FaultFailed(f"saturate_network: no measurable effect on {probe_dst}: "
                           f"{before['mbit_s']} Mbit/s before, {during['mbit_s']} during")
     return {"nodes": list(nodes), "peer": peer, "limit_bps": limit, "loss_pct": loss_pct,
+            "queue_ms": queue_ms,
             "partition": partition, "flood": bool(flood and not partition),
             "before": before, "during": during, "applied": applied,
             "flood_pids": list(undo["pids"]), "landed": True}

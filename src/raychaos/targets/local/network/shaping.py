@@ -67,12 +67,15 @@ def _claim_root(dev: str, netns: str | None) -> None:
                           "qdisc: another fault owns it; undo that one first")
 
 
-def add_tbf(dev: str, rate_bps: float, netns: str | None = None) -> str:
-    """Token bucket on ``dev``'s egress at ``rate_bps`` bits/s; returns ``tc qdisc show``."""
+def add_tbf(dev: str, rate_bps: float, netns: str | None = None, queue_ms: float = 100.0
+            ) -> str:
+    """Token bucket on ``dev``'s egress at ``rate_bps`` bits/s, packets queued at most
+    ``queue_ms`` (tbf's latency: a deep queue is bufferbloat); returns ``tc qdisc show``."""
     _claim_root(dev, netns)
     burst = max(16 * 1024, int(rate_bps / 8 / 100))  # ~10 ms of traffic, at least 16 KiB
     sh("tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "tbf", "rate",
-       f"{int(rate_bps)}bit", "burst", str(burst), "latency", "100ms", netns=netns)
+       f"{int(rate_bps)}bit", "burst", str(burst), "latency", f"{max(1, int(queue_ms))}ms",
+       netns=netns)
     return sh("tc", "qdisc", "show", "dev", dev, "root", netns=netns).stdout.strip()
 
 
