@@ -89,7 +89,8 @@ def test_slow_gcs_and_failing_rpcs_land_show_and_are_undone(cluster, tmp_path, m
     slow, rpc = faults["slow_gcs"]["evidence"], faults["inject_rpc_failures"]["evidence"]
     assert "HandleRequestImpl=150000:300000" in slow["env_seen"]["head/gcs_server"][
         "RAY_testing_asio_delay_us"]
-    assert slow["gcs_call_ms_after"] >= 150 > slow["gcs_call_ms_before"] * 5, slow
+    assert slow["gcs_call_ms_after"] >= 150 and \
+        slow["gcs_call_ms_after"] > 3 * slow["gcs_call_ms_before"], slow
     assert rpc["env_seen"]["worker-1/raylet"]["RAY_testing_rpc_failure"]
     assert rpc["injected_total"] > 0, rpc
     probes = _probes(summary)

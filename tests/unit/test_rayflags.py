@@ -142,3 +142,19 @@ def test_every_gcs_client_call_in_the_ray_binary_is_known_and_vice_versa():
     assert {h for h in handlers if h.split(".")[0] in {g.split(".")[0] for g in GCS_HANDLERS}
             } <= set(GCS_HANDLERS)
     assert len(set(GCS_HANDLERS) - handlers) <= 2, set(GCS_HANDLERS) - handlers
+
+
+def test_health_check_knobs_are_the_heads_environment(tmp_path):
+    from raychaos.config.settings import LocalClusterSpec
+    from raychaos.targets.local.network.pods import PodNetwork
+    from raychaos.targets.local.plan import plan_nodes
+
+    spec = LocalClusterSpec(name="hc", health_check_period_ms=1000,
+                            health_check_timeout_ms=2000, health_check_failure_threshold=3)
+    head, *workers = plan_nodes(spec, tmp_path, PodNetwork("hc"), "netns")
+    assert {k: v for k, v in head.env.items() if "health" in k} == {
+        "RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "2000",
+        "RAY_health_check_failure_threshold": "3"}
+    assert not any("health" in k for w in workers for k in w.env)
+    default, *_ = plan_nodes(LocalClusterSpec(name="hc"), tmp_path, PodNetwork("hc"), "netns")
+    assert not any("health" in k for k in default.env)  # Ray's own defaults
