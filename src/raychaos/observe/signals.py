@@ -22,13 +22,10 @@ from raychaos.config.rayflags import HEALTH_CHECK_FAILED_LINE
 from raychaos.results.store import Ev, Timeline
 from raychaos.targets.base import NodeInfo, Target
 
-__all__ = ["FAULT_METRICS", "DeathWatch", "SignalSampler", "fault_metric"]
+__all__ = ["MONITOR_METRICS", "DeathWatch", "SignalSampler", "monitor_metric"]
 
-#: the SLO metrics read here (see :mod:`raychaos.config.metrics` for their definitions)
-PROBE_METRICS = {"false_node_deaths": ("false_node_deaths", "false_deaths"),
-                 "resources_restored": ("resources_restored", "restored"),
-                 "job_history_preserved": ("job_history_preserved", "preserved")}
-FAULT_METRICS = (*PROBE_METRICS, "gcs_latency_p95_ms", "node_deaths", "health_check_failures")
+#: the monitor's SLO metrics read here (:mod:`raychaos.config.metrics` defines them)
+MONITOR_METRICS = ("gcs_latency_p95_ms", "node_deaths", "health_check_failures")
 
 
 class DeathWatch:
@@ -87,34 +84,37 @@ class SignalSampler:
         return self.timeline.write("signals", **record)
 
 
-def fault_metric(metric: str, window: str, records: list[dict[str, Any]],
-                 wins: dict[str, tuple[float, float]], probes: dict[str, dict[str, Any]]
-                 ) -> tuple[float | None, dict[str, Any]]:
-    """The value of one of :data:`FAULT_METRICS` in ``window``, with where it came from."""
-    if metric in PROBE_METRICS:
-        probe, key = PROBE_METRICS[metric]
-        value = probes.get(probe, {}).get("evidence", {}).get(key)
-        return (None if value is None else float(value)), {"probe": probe}
-    if window not in wins:
-        return None, {"note": f"the run has no {window} window (no fault was applied)"}
-    lo, hi = wins[window]
+def monitor_metric(metric: str, records: list[dict[str, Any]], window: tuple[float, float]
+                   ) -> tuple[float | None, str, dict[str, Any]]:
+    """The value of one of :data:`MONITOR_METRICS` in ``window``: (value, the verdict when there
+    is none, evidence) — the shape of :func:`raychaos.observe.slo.metric_value`."""
+    lo, hi = window
     inside = [r for r in records if lo <= r.get("t", -1) < hi]
-    if metric == "gcs_latency_p95_ms":
-        values = sorted(float(r["gcs_ms"]) for r in inside if r.get("kind") == "sample"
-                        and isinstance(r.get("gcs_ms"), (int, float)))
-        if not values:
-            return None, {"samples": 0}
-        return values[min(len(values) - 1, int(0.95 * len(values)))], {"samples": len(values)}
+    if metric == "gcs_latency_p95_ms":  # a late answer counts at its deadline: a lower bound
+        samples = [r for r in inside if r.get("kind") == "sample"]
+        timed = [(float(r["latency_ms"]), not r.get("gcs_up")) for r in samples
+                 if (r.get("gcs_up") or r.get("gcs_late"))
+                 and isinstance(r.get("latency_ms"), (int, float)) and r["latency_ms"] > 0]
+        if not samples:
+            return None, "error", {"samples": 0, "note": "not measured: no GCS samples"}
+        if not timed:
+            return None, "fail", {"samples": len(samples),
+                                  "note": "the GCS answered no sample in the window"}
+        timed.sort()
+        value, late = timed[min(len(timed) - 1, int(0.95 * len(timed)))]
+        evidence: dict[str, Any] = {"samples": len(timed), "late": sum(x[1] for x in timed)}
+        if late:
+            evidence["lower_bound"] = "the p95 sample was late: the GCS took longer than the "
+            evidence["lower_bound"] += "sampler's deadline (the gcs_latency probe waits longer)"
+        return value, "fail", evidence
     if metric == "node_deaths":
         dead = [r for r in inside if r.get("kind") == "event" and r.get("event") == Ev.NODE_DEAD]
-        return float(len(dead)), {"nodes": sorted({str(r.get("name")) for r in dead})}
-    counts = [int(r["health_check_failures"]) for r in records if r.get("kind") == "signals"
-              and isinstance(r.get("health_check_failures"), int)]
-    if not counts:
-        return None, {"note": "the target reports no health checks"}
-    before = [int(r["health_check_failures"]) for r in records if r.get("kind") == "signals"
-              and isinstance(r.get("health_check_failures"), int) and r["t"] < lo]
-    upto = [int(r["health_check_failures"]) for r in records if r.get("kind") == "signals"
-            and isinstance(r.get("health_check_failures"), int) and r["t"] < hi]
+        return float(len(dead)), "fail", {"nodes": sorted({str(r.get("name")) for r in dead})}
+    counted = [r for r in records if r.get("kind") == "signals"
+               and isinstance(r.get("health_check_failures"), int)]
+    if not counted:
+        return None, "error", {"note": "not measured: the target reports no health checks"}
+    before = [int(r["health_check_failures"]) for r in counted if r["t"] < lo]
+    upto = [int(r["health_check_failures"]) for r in counted if r["t"] < hi]
     first = before[-1] if before else 0
-    return float((upto[-1] if upto else first) - first), {"signals": len(counts)}
+    return float((upto[-1] if upto else first) - first), "fail", {"signals": len(counted)}

@@ -3,7 +3,8 @@
 A GCS that is slow rather than dead breaks everything that waits on it with a deadline — job
 submission, actor creation, the dashboard, the raylets' own calls — without a single error
 until the deadlines run out. This probe asks the GCS for its node table ``samples`` times now
-and compares with the round trips the monitor measured in the baseline window (``gcs_ms`` of the
+(each with a deadline of ``timeout_s``, far longer than the monitor's) and compares with the
+round trips the monitor measured in the baseline window (``latency_ms`` of the answered
 ``sample`` records): the run fails when the p95 now is above ``max_ms``.
 """
 
@@ -40,8 +41,9 @@ def gcs_latency(samples: Annotated[int, Range(1, 1000)] = 10,
     answered = [v for v in now if v is not None]
     records = read_timeline(run.timeline.path)
     lo, hi = windows(records)["baseline"]
-    base = [float(r["gcs_ms"]) for r in records if r.get("kind") == "sample"
-            and lo <= r["t"] < hi and isinstance(r.get("gcs_ms"), (int, float))]
+    base = [float(r["latency_ms"]) for r in records if r.get("kind") == "sample"
+            and r.get("gcs_up") and lo <= r["t"] < hi
+            and isinstance(r.get("latency_ms"), (int, float))]
     evidence: dict[str, Any] = {"samples": samples, "timed_out": samples - len(answered),
                                 "max_ms": max_ms}
     if answered:

@@ -10,14 +10,15 @@ Why these mechanics:
   them from the patched template — the pods restart with the variable. Other pods of the group
   get it too if they are recreated before the undo (said in the evidence). The undo puts the
   template's env back and deletes every pod that still carries the variable.
-- **Blackouts**: a Chaos Mesh ``NetworkChaos`` partition of the pods from the rest of the Ray
-  cluster when its CRD is installed, otherwise a privileged ``hostNetwork`` DaemonSet on the
-  pods' nodes that drops their traffic with iptables (FORWARD) until it is deleted. Restoring
-  deletes what the cut created (404: already gone).
+- **Blackouts**: a Chaos Mesh ``NetworkChaos`` partition of the pods (no ``target``: all
+  their traffic, as the local blackout drops) when its CRD is installed, otherwise a privileged
+  ``hostNetwork`` DaemonSet on the pods' nodes that drops their traffic with iptables (FORWARD)
+  until it is deleted. Restoring deletes what the cut created (404: already gone).
 
-Every mutating call goes through the dry-run gate (``api.write``): ``--dry-run`` prints the
-patch and the deletes, and notes that the pods would restart. Every object created carries
-``raychaos.io/run-id``.
+Pods are named as everywhere on this target (a pod name, ``head``, ``worker-N``) and read from
+the handle's informer (no list request per question). Every mutating call goes through the
+dry-run gate (``api.write``): ``--dry-run`` prints the patch and the deletes, and notes that the
+pods would restart. Every object created carries ``raychaos.io/run-id``.
 """
 
 from __future__ import annotations
@@ -30,16 +31,18 @@ from typing import TYPE_CHECKING, Any
 from kubernetes import client
 
 from raychaos.config.rayflags import RAY_VERSION
-from raychaos.errors import ConfigError, FaultFailed, NothingMatched, TargetUnavailable
+from raychaos.errors import (
+    ConfigError,
+    FaultFailed,
+    KubeApiError,
+    NothingMatched,
+    TargetUnavailable,
+)
 from raychaos.targets.base import NodeInfo
 from raychaos.targets.kubernetes.client import ApiSession
-from raychaos.targets.kubernetes.network import (
-    CHAOS_MESH,
-    TOOL_IMAGE,
-    _node_affinity,
-    chaos_mesh_installed,
-    delete_created,
-)
+from raychaos.targets.kubernetes.network import CHAOS_MESH, chaos_mesh_installed, delete_created
+from raychaos.targets.kubernetes.raycluster import RayClusterHandle, pod_ready
+from raychaos.targets.kubernetes.registry import TOOL_IMAGE, _node_affinity
 from raychaos.targets.kubernetes.safety import refuse_protected, run_labels
 
 if TYPE_CHECKING:
@@ -73,19 +76,10 @@ def check_ray_version(raycluster: dict[str, Any], fault: str) -> None:
                           "only (a malformed flag kills the process)")
 
 
-def _pods(api: ApiSession, ns: str, cluster: str, names: list[str]) -> list[dict[str, Any]]:
-    """The Ray pods named (``head`` is the head pod, whatever its name)."""
-    pods = {p["metadata"]["name"]: p for p in api.read(
-        api.core.list_namespaced_pod, ns, label_selector=f"ray.io/cluster={cluster}")["items"]
-        if "deletionTimestamp" not in p["metadata"]}
-    heads = [n for n, p in pods.items() if _group(p) == "head"]
-    names = [heads[0] if n == "head" and heads else n for n in names]
-    unknown = [n for n in names if n not in pods]
-    if unknown:
-        raise NothingMatched(f"no Ray pod {unknown[0]!r} of RayCluster {cluster} in namespace "
-                             f"{ns} (pods: {sorted(pods)[:8]})")
-    chosen = [pods[n] | {"kind": "Pod"} for n in names]
-    refuse_protected(chosen, "restart_with_env")
+def _pods(handle: RayClusterHandle, names: list[str], action: str) -> list[dict[str, Any]]:
+    """The Ray pods named (a pod name, ``head`` or ``worker-N``); protected ones refused."""
+    chosen = [handle.pod_named(n) | {"kind": "Pod"} for n in names]
+    refuse_protected(chosen, action)
     return chosen
 
 
@@ -107,20 +101,31 @@ def _template(spec: dict[str, Any], group: str) -> dict[str, Any]:
 
 def _patch_groups(api: ApiSession, ns: str, rc: dict[str, Any], groups: dict[str, Any],
                   edit: Any) -> dict[str, Any]:
-    """Apply ``edit(template, group)`` to each group's template; one merge patch."""
-    spec = copy.deepcopy(rc.get("spec", {}))
-    for group in groups:
-        edit(_template(spec, group), group)
-    body: dict[str, Any] = {"metadata": {"resourceVersion": rc["metadata"].get("resourceVersion")},
-                            "spec": {}}
-    if "head" in groups:
-        body["spec"]["headGroupSpec"] = spec["headGroupSpec"]
-    if any(g != "head" for g in groups):
-        body["spec"]["workerGroupSpecs"] = spec["workerGroupSpecs"]
+    """Apply ``edit(template, group)`` to each group's template; one merge patch guarded by the
+    object's ``resourceVersion``, re-read and sent again on a 409 (KubeRay writes the status
+    all the time, and every status write bumps the version)."""
     name = rc["metadata"]["name"]
-    api.write("PATCH", f"/apis/ray.io/v1/namespaces/{ns}/rayclusters/{name}",
-              api.custom.patch_namespaced_custom_object, *RC[:2], ns, RC[2], name, body=body)
-    return body
+    for attempt in range(5):
+        spec = copy.deepcopy(rc.get("spec", {}))
+        for group in groups:
+            edit(_template(spec, group), group)
+        body: dict[str, Any] = {"metadata": {
+            "resourceVersion": rc["metadata"].get("resourceVersion")}, "spec": {}}
+        if "head" in groups:
+            body["spec"]["headGroupSpec"] = spec["headGroupSpec"]
+        if any(g != "head" for g in groups):
+            body["spec"]["workerGroupSpecs"] = spec["workerGroupSpecs"]
+        try:
+            api.write("PATCH", f"/apis/ray.io/v1/namespaces/{ns}/rayclusters/{name}",
+                      api.custom.patch_namespaced_custom_object, *RC[:2], ns, RC[2], name,
+                      body=body)
+            return body
+        except KubeApiError as exc:
+            if exc.status != 409 or attempt == 4:
+                raise
+        time.sleep(0.1 * (attempt + 1))
+        rc = api.read(api.custom.get_namespaced_custom_object, *RC[:2], ns, RC[2], name)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _env_of(container: dict[str, Any], names: list[str]) -> dict[str, str]:
@@ -128,22 +133,21 @@ def _env_of(container: dict[str, Any], names: list[str]) -> dict[str, str]:
             if e.get("name") in names}
 
 
-def _node_env(api: ApiSession, ns: str, cluster: str, nodes: list[str], names: list[str]
+def _node_env(handle: RayClusterHandle, nodes: list[str], names: list[str]
               ) -> dict[str, dict[str, str]]:
     """The variables as each pod's Ray container carries them (a pod's env is its spec's)."""
+    wanted = {handle.pod_named(n)["metadata"]["name"] if n == "head" or n.startswith("worker-")
+              else n for n in nodes}
     out = {}
-    for pod in api.read(api.core.list_namespaced_pod, ns,
-                        label_selector=f"ray.io/cluster={cluster}")["items"]:
-        if pod["metadata"]["name"] in nodes or ("head" in nodes and _group(pod) == "head"):
+    for pod in handle.pods():
+        if pod["metadata"]["name"] in wanted:
             container = (pod["spec"].get("containers") or [{}])[0]
             out[f"{pod['metadata']['name']}/{container.get('name')}"] = _env_of(container, names)
     return out
 
 
-def _carriers(api: ApiSession, ns: str, cluster: str, names: list[str]) -> list[dict[str, Any]]:
-    pods = api.read(api.core.list_namespaced_pod, ns,
-                    label_selector=f"ray.io/cluster={cluster}")["items"]
-    return [p for p in pods if "deletionTimestamp" not in p["metadata"]
+def _carriers(handle: RayClusterHandle, names: list[str]) -> list[dict[str, Any]]:
+    return [p for p in handle.pods() if "deletionTimestamp" not in p["metadata"]
             and _env_of((p["spec"].get("containers") or [{}])[0], names)]
 
 
@@ -152,12 +156,12 @@ def _delete_pod(api: ApiSession, ns: str, name: str) -> None:
                        name, ns, body=client.V1DeleteOptions(grace_period_seconds=0))
 
 
-def _restart_with_env(api: ApiSession, ns: str, cluster: str, run_id: str,
-                      record: dict[str, Any], *, nodes: list[str], env: dict[str, str],
-                      wait_s: float) -> dict[str, Any]:
+def _restart_with_env(handle: RayClusterHandle, run_id: str, record: dict[str, Any], *,
+                      nodes: list[str], env: dict[str, str], wait_s: float) -> dict[str, Any]:
     """Patch the groups' templates with ``env``, delete ``nodes`` (pods), wait for their
     replacements to be Ready with it; see the module docstring."""
-    pods = _pods(api, ns, cluster, nodes)
+    api, ns, cluster = handle.api, handle.ns, handle.name
+    pods = _pods(handle, nodes, "restart_with_env")
     rc = api.read(api.custom.get_namespaced_custom_object, *RC[:2], ns, RC[2], cluster)
     check_ray_version(rc, "restart_with_env")
     groups: dict[str, list[dict[str, Any]]] = {_group(p): [] for p in pods}
@@ -186,25 +190,20 @@ def _restart_with_env(api: ApiSession, ns: str, cluster: str, run_id: str,
     old = {p["metadata"]["uid"] for p in pods}
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        fresh = [p for p in _carriers(api, ns, cluster, sorted(env))
-                 if p["metadata"]["uid"] not in old and _ready(p)]
+        fresh = [p for p in _carriers(handle, sorted(env))
+                 if p["metadata"]["uid"] not in old and pod_ready(p)]
         if len(fresh) >= len(pods):
             evidence["new_pods"] = [p["metadata"]["name"] for p in fresh]
-            evidence["env_seen"] = _node_env(api, ns, cluster, evidence["new_pods"],
-                                             sorted(env))
+            evidence["env_seen"] = _node_env(handle, evidence["new_pods"], sorted(env))
             return evidence
         time.sleep(1.0)
     raise FaultFailed(f"restart_with_env: no Ready replacement with {sorted(env)} for {nodes} "
                       f"within {wait_s:g} s")
 
 
-def _ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in pod.get("status", {}).get("conditions") or [])
-
-
-def _undo_restart_with_env(api: ApiSession, undo: dict[str, Any]) -> dict[str, Any]:
+def _undo_restart_with_env(handle: RayClusterHandle, undo: dict[str, Any]) -> dict[str, Any]:
     """Put the templates' env back, delete every pod that still carries the variables."""
+    api = handle.api
     ns, cluster, names = undo["namespace"], undo["cluster"], list(undo["vars"])
     rc = api.read(api.custom.get_namespaced_custom_object, *RC[:2], ns, RC[2], cluster)
     original: dict[str, list[dict[str, Any]]] = undo.get("original_env") or {}
@@ -217,17 +216,19 @@ def _undo_restart_with_env(api: ApiSession, undo: dict[str, Any]) -> dict[str, A
 
     if original:
         _patch_groups(api, ns, rc, original, put_back)
-    carriers = [p["metadata"]["name"] for p in _carriers(api, ns, cluster, names)]
+    carriers = [p["metadata"]["name"] for p in _carriers(handle, names)]
     for name in carriers:
         _delete_pod(api, ns, name)
     return {"undone": True, "templates_restored": sorted(original), "pods_deleted": carriers,
             "dry_run": api.gate.dry_run}
 
 
-def _cut_network(api: ApiSession, ns: str, cluster: str, run_id: str, record: dict[str, Any],
-                 *, nodes: list[str]) -> dict[str, Any]:
-    """Cut ``nodes`` (pods) off the rest of the Ray cluster: NetworkChaos, else a DaemonSet."""
-    pods = _pods(api, ns, cluster, nodes)
+def _cut_network(handle: RayClusterHandle, run_id: str, record: dict[str, Any], *,
+                 nodes: list[str]) -> dict[str, Any]:
+    """Cut all traffic of ``nodes`` (pods): a NetworkChaos partition, else a DaemonSet."""
+    api, ns = handle.api, handle.ns
+    pods = _pods(handle, nodes, "blackout")
+    names = [p["metadata"]["name"] for p in pods]
     undo = record.get("undo") or {"kind": "blackout", "objects": []}
     n = len(undo["objects"]) + 1
     name = f"raychaos-blackout-{run_id}-{n}"[:63]
@@ -238,9 +239,7 @@ def _cut_network(api: ApiSession, ns: str, cluster: str, run_id: str, record: di
         body = {"apiVersion": f"{group}/{version}", "kind": "NetworkChaos",
                 "metadata": {"name": name, "namespace": ns, "labels": labels},
                 "spec": {"action": "partition", "mode": "all", "direction": "both",
-                         "selector": {"pods": {ns: list(nodes)}},
-                         "target": {"mode": "all", "selector": {
-                             "namespaces": [ns], "labelSelectors": {"ray.io/cluster": cluster}}}}}
+                         "selector": {"pods": {ns: names}}}}
         undo["objects"].append({"api": "networkchaos", "namespace": ns, "name": name})
         record["undo"] = undo
         api.write("POST", f"/apis/{group}/{version}/namespaces/{ns}/{plural}",
@@ -268,8 +267,8 @@ def _cut_network(api: ApiSession, ns: str, cluster: str, run_id: str, record: di
         api.write("POST", f"/apis/apps/v1/namespaces/{ns}/daemonsets",
                   api.apps.create_namespaced_daemon_set, ns, body=body)
         via = "iptables daemonset"
-    return {"nodes": list(nodes), "via": via, "object": f"{ns}/{name}", "cut_at": cut_at,
-            "dry_run": api.gate.dry_run, "landed": True}
+    return {"nodes": list(nodes), "pods": names, "via": via, "object": f"{ns}/{name}",
+            "cut_at": cut_at, "dry_run": api.gate.dry_run, "landed": True}
 
 
 def _restore_network(api: ApiSession, record: dict[str, Any]) -> dict[str, Any]:
@@ -279,28 +278,29 @@ def _restore_network(api: ApiSession, record: dict[str, Any]) -> dict[str, Any]:
             "dry_run": api.gate.dry_run}
 
 
-def undo(api: ApiSession, record: dict[str, Any]) -> dict[str, Any]:
+def undo(handle: RayClusterHandle, record: dict[str, Any]) -> dict[str, Any]:
     """The undo of a ``node_env`` or ``blackout`` record."""
     if (record.get("undo") or {}).get("kind") == "blackout":
-        return _restore_network(api, record)
-    return _undo_restart_with_env(api, record["undo"])
+        return _restore_network(handle.api, record)
+    return _undo_restart_with_env(handle, record["undo"])
 
 
 def preflight(self: KubernetesTarget, fault: str, args: Mapping[str, Any]) -> None:
     """The pods a blackout or an RPC fault names exist; the RayCluster runs Ray 2.60."""
     if fault in ("inject_rpc_failures", "blackout"):
-        _pods(self._api(), self.ns, self.cluster, list(args.get("nodes") or ["worker-1"]))
+        _pods(self._handle(), list(args.get("nodes") or ["worker-1"]), fault)
     if fault in ("inject_rpc_failures", "slow_gcs"):
         check_ray_version(self.raycluster, fault)
 
 
 # --- the Target methods of KubernetesTarget (``self`` is the target) ------------------------
 def gcs_call_ms(self: KubernetesTarget, timeout: float = 2.0) -> float | None:
-    """The dashboard's node summary (a GetAllNodeInfo behind it), timed; None without one."""
+    """Ray's node table through the dashboard (a GetAllNodeInfo behind it), timed; None when
+    it did not answer."""
     t0 = time.monotonic()
     try:
-        self._http("GET", "/nodes?view=summary", timeout=timeout)
-    except TargetUnavailable:
+        self._handle().dashboard.ray_nodes(timeout)
+    except (TargetUnavailable, KubeApiError):
         return None
     return round((time.monotonic() - t0) * 1000, 2)
 
@@ -317,7 +317,7 @@ def raylet_alive(self: KubernetesTarget, node_ids: list[str]) -> dict[str, bool 
 
 def node_env(self: KubernetesTarget, nodes: list[str], names: list[str]
              ) -> dict[str, dict[str, str]]:
-    return _node_env(self._api(), self.ns, self.cluster, nodes, names)
+    return _node_env(self._handle(), nodes, names)
 
 
 def ray_log_counts(self: KubernetesTarget, nodes: list[str], needles: list[str]
@@ -332,7 +332,7 @@ def network_counters(self: KubernetesTarget) -> dict[str, dict[str, int]]:
 
 def job_history(self: KubernetesTarget, timeout: float = 5.0) -> list[dict[str, Any]]:
     """The Jobs API's list (the submission jobs the GCS keeps), finished ones included."""
-    jobs = self._http("GET", "/api/jobs/", timeout=timeout)
+    jobs = self._handle().dashboard.json("GET", "/api/jobs/", timeout=timeout)
     return [{"job_id": j.get("job_id"), "submission_id": j.get("submission_id"),
              "dead": j.get("status") in ("SUCCEEDED", "FAILED", "STOPPED")}
             for j in (jobs if isinstance(jobs, list) else [])]
@@ -340,13 +340,13 @@ def job_history(self: KubernetesTarget, timeout: float = 5.0) -> list[dict[str, 
 
 def restart_with_env(self: KubernetesTarget, *, nodes: list[str], env: dict[str, str],
                      wait_s: float, record: dict[str, Any]) -> dict[str, Any]:
-    return _restart_with_env(self._api(), self.ns, self.cluster, self.run_id, record,
-                             nodes=nodes, env=env, wait_s=wait_s)
+    return _restart_with_env(self._handle(), self.run_id, record, nodes=nodes, env=env,
+                             wait_s=wait_s)
 
 
 def cut_network(self: KubernetesTarget, *, nodes: list[str], record: dict[str, Any]
                 ) -> dict[str, Any]:
-    return _cut_network(self._api(), self.ns, self.cluster, self.run_id, record, nodes=nodes)
+    return _cut_network(self._handle(), self.run_id, record, nodes=nodes)
 
 
 def restore_network(self: KubernetesTarget, record: dict[str, Any]) -> dict[str, Any]:

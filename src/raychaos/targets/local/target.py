@@ -22,7 +22,7 @@ from raychaos.config.rayflags import HEALTH_CHECK_ENV, RAY_VERSION
 from raychaos.config.settings import LocalClusterSpec
 from raychaos.errors import ConfigError, NothingMatched, RollbackFailed, TargetUnavailable
 from raychaos.results.redact import redact_text
-from raychaos.targets.base import NodeInfo, Refusal, RunLock
+from raychaos.targets.base import NodeInfo, Observation, Refusal, RunLock
 from raychaos.targets.local import drain, head, lifecycle, nodeenv
 from raychaos.targets.local.cluster import LocalCluster, default_state_root
 from raychaos.targets.local.errors import ray_errors
@@ -167,6 +167,9 @@ class LocalTarget:
     def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:
         return self.cluster.nodes(timeout)
 
+    def observe(self, deadline_s: float = 0.1) -> Observation:
+        return self.cluster.observe(deadline_s)
+
     def dashboard_url(self) -> str:
         return self.jobs.dashboard_url()
 
@@ -197,7 +200,7 @@ class LocalTarget:
         from dataclasses import replace
 
         with ray_errors(f"GCS of local cluster '{self.spec.name}'"):
-            usage = self.cluster.gcs().resources(timeout)
+            usage = self.cluster.admin().resources(timeout)
         return [replace(n, available=usage.get(n.node_id, {}).get("available"),
                         resources=usage.get(n.node_id, {}).get("total", n.resources))
                 for n in self.nodes(timeout) if n.state == "ALIVE"]
@@ -216,7 +219,7 @@ class LocalTarget:
 
     def job_history(self, timeout: float = 5.0) -> list[dict[str, Any]]:
         with ray_errors(f"GCS of local cluster '{self.spec.name}'"):
-            return self.cluster.gcs().jobs(timeout)
+            return self.cluster.admin().jobs(timeout)
 
     # --- jobs --------------------------------------------------------------------------------
     def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
