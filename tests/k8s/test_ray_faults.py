@@ -134,15 +134,20 @@ def test_dry_run_plans_the_calls_says_the_pods_restart_and_sends_none(
     assert mutations(sim, since) == [], "a dry run sent a mutating request"
 
 
-def test_the_saturated_shuffle_is_refused_on_kubernetes_naming_the_queue(sim, capsys,
-                                                                        monkeypatch):
-    """Its 5 s shaper queue is what makes heartbeats time out; the Kubernetes target's
-    bandwidth (a NetworkChaos) has no such knob yet: refused before anything starts."""
+
+def test_the_saturated_shuffle_plans_a_networkchaos_with_its_deep_queue(sim, capsys, caplog,
+                                                                       monkeypatch):
+    """Its 5 s shaper queue at 2 Mbit/s is what makes heartbeats time out: on Kubernetes the
+    NetworkChaos bandwidth's ``limit`` (bytes queued) is that queue, 2e6 × 5 / 8 = 1.25 MB."""
     monkeypatch.chdir(REPO)
+    sim.api.create(R.BUILTIN["customresourcedefinitions"], "",
+                   json.loads(json.dumps(NETWORKCHAOS_CRD)))
     since = len(sim.server.requests)
     code = main(["run", "experiments/shuffle-saturation-heartbeats.yaml", "--dry-run",
                  "--target", "kubernetes", "--kubeconfig", sim.kubeconfig, "--namespace", "ray",
                  "--cluster", "demo"])
-    err = capsys.readouterr().err
-    assert code == 2 and "queue_ms" in err and "shuffle-saturation-heartbeats.yaml" in err, err
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "POST /apis/chaos-mesh.org/v1alpha1/namespaces/ray/networkchaos" in out, out
+    assert '"limit": 1250000, "rate": "2mbit"' in caplog.text, caplog.text  # the whole body
     assert mutations(sim, since) == []

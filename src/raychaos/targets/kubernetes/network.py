@@ -87,13 +87,14 @@ def measure_transfer(api: ApiSession, ns: str, src: dict[str, Any], dst: dict[st
 
 
 def _networkchaos(api: ApiSession, ns: str, name: str, labels: dict[str, str],
-                  victims: list[dict[str, Any]], rate: str) -> dict[str, Any]:
+                  victims: list[dict[str, Any]], rate: str, limit: int = 20971520
+                  ) -> dict[str, Any]:
     group, version, plural = CHAOS_MESH
     body = {"apiVersion": f"{group}/{version}", "kind": "NetworkChaos",
             "metadata": {"name": name, "namespace": ns, "labels": labels},
             "spec": {"action": "bandwidth", "mode": "all",
                      "selector": {"pods": {ns: [_name(p) for p in victims]}},
-                     "bandwidth": {"rate": rate, "limit": 20971520, "buffer": 10000}}}
+                     "bandwidth": {"rate": rate, "limit": limit, "buffer": 10000}}}
     api.write("POST", f"/apis/{group}/{version}/namespaces/{ns}/{plural}",
               api.custom.create_namespaced_custom_object, group, version, ns, plural,
               body=body)
@@ -116,7 +117,8 @@ def _networkchaos(api: ApiSession, ns: str, name: str, labels: dict[str, str],
 
 def saturate_network(api: ApiSession, ns: str, run_id: str, record: dict[str, Any], *,
                      victims: list[dict[str, Any]], peer: dict[str, Any], rate: str | None,
-                     flood: bool, flood_s: float, flood_bps: float) -> dict[str, Any]:
+                     flood: bool, flood_s: float, flood_bps: float, limit: int = 20971520
+                     ) -> dict[str, Any]:
     """Shape the victims' bandwidth (Chaos Mesh) and/or flood them from ``peer``; evidence: a
     transfer peer → first victim measured before and during."""
     labels = run_labels(run_id, **{"raychaos.io/fault": "saturate-network"})
@@ -126,7 +128,7 @@ def saturate_network(api: ApiSession, ns: str, run_id: str, record: dict[str, An
     record["undo"] = undo
     if api.gate.dry_run:
         if rate:
-            _networkchaos(api, ns, name, labels, victims, rate)
+            _networkchaos(api, ns, name, labels, victims, rate, limit)
         return {"victims": [_name(v) for v in victims], "dry_run": True}
     before = measure_transfer(api, ns, peer, victims[0])
     evidence: dict[str, Any] = {"victims": [_name(v) for v in victims], "peer": _name(peer),
@@ -135,7 +137,8 @@ def saturate_network(api: ApiSession, ns: str, run_id: str, record: dict[str, An
         undo["objects"].append({"api": "networkchaos", "namespace": ns, "name": name})
         checkpoint(record)
         evidence["networkchaos"] = {"name": f"{ns}/{name}",
-                                    **_networkchaos(api, ns, name, labels, victims, rate)}
+                                    **_networkchaos(api, ns, name, labels, victims, rate,
+                                                    limit)}
     if flood:
         undo["floods"] = [{"namespace": ns, "pod": _name(p), "container": _container(p)}
                           for p in [*victims, peer]]

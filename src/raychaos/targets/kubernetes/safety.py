@@ -83,7 +83,6 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
                     "set it to 0",
         "latency_ms": "not supported on the kubernetes target yet; set it to 0",
         "partition": "not supported on the kubernetes target yet; set it to false",
-        "queue_ms": "not supported on the kubernetes target yet; leave it at 100",
     },
     "drain_gpu_nodes": {
         "replace": "KubeRay always recreates evicted workers; set it to true",
@@ -93,8 +92,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
 }
 #: The fault functions' defaults: an argument equal to these asks for nothing unsupported.
 NEUTRAL: dict[str, Any] = {"latency_ms": 0.0, "error_rate": 0.0, "loss_pct": 0.0,
-                           "partition": False, "replace": True, "reason": "preemption",
-                           "queue_ms": 100.0}
+                           "partition": False, "replace": True, "reason": "preemption"}
 
 
 def unsupported(fault: str, args: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -46,12 +46,6 @@ from raychaos.targets.kubernetes.safety import (
 __all__ = ["KubernetesTarget"]
 
 
-def _label_selector(selector: dict[str, str] | str | None) -> str | None:
-    if isinstance(selector, dict):
-        return ",".join(f"{k}={v}" for k, v in selector.items()) or None
-    return selector
-
-
 class KubernetesTarget:
     """A KubeRay RayCluster in one namespace. See :class:`raychaos.targets.base.Target`."""
 
@@ -312,7 +306,7 @@ class KubernetesTarget:
                              ) -> list[NodeInfo]:
         """The Kubernetes nodes a drain would cordon, as NodeInfo (changes nothing)."""
         nodes, _rule = k8s_drain.select_nodes(self._api(), self.ns, self.cluster,
-                                              _label_selector(selector), count)
+                                              k8s_drain.label_selector(selector), count)
         return [NodeInfo(node_id=n["metadata"]["uid"], name=n["metadata"]["name"],
                          address="", state="ALIVE", gpus=gpu_count(n),
                          labels=dict(n["metadata"].get("labels") or {})) for n in nodes]
@@ -324,7 +318,7 @@ class KubernetesTarget:
         Ray pods (``replace_delay_s`` is the operator's business on Kubernetes)."""
         ev = k8s_drain.drain_nodes(
             self._api(), self.ns, self.cluster, self.run_id, record,
-            selector=_label_selector(selector), count=count, deadline_s=deadline_s,
+            selector=k8s_drain.label_selector(selector), count=count, deadline_s=deadline_s,
             max_nodes=self.spec.max_nodes_at_once,
             allowed_namespaces=list(self.spec.allowed_namespaces))
         ev.setdefault("reason", reason)
@@ -351,14 +345,15 @@ class KubernetesTarget:
     def saturate_network(self, *, nodes: list[str], bandwidth_bps: float, loss_pct: float,
                          latency_ms: float, flood: bool, partition: bool, flood_s: float,
                          record: dict[str, Any], queue_ms: float = 100.0) -> dict[str, Any]:
-        """Chaos Mesh bandwidth on the named Ray pods (``worker-1``, ``head`` or pod names)
-        and a paced flood into them from another Ray pod, for ``flood_s``."""
+        """Chaos Mesh bandwidth on the named Ray pods and a paced flood into them from another
+        Ray pod for ``flood_s``; ``queue_ms`` (not 100) sizes the shaper's ``limit``."""
         victims = [self._handle().pod_named(n) for n in nodes]
+        limit = 20971520 if queue_ms == 100.0 else max(3000, int(bandwidth_bps * queue_ms / 8e3))
         return k8s_network.saturate_network(
             self._api(), self.ns, self.run_id, record, victims=victims,
             peer=self._handle().peer_for(victims),
             rate=tc_rate(bandwidth_bps) if bandwidth_bps else None, flood=flood, flood_s=flood_s,
-            flood_bps=bandwidth_bps * 2 if bandwidth_bps else 200e6)
+            flood_bps=bandwidth_bps * 2 if bandwidth_bps else 200e6, limit=limit)
 
     def planned_calls(self) -> list[dict[str, Any]]:
         """Mutating calls made — or, in dry-run, that would have been made — in order."""
