@@ -12,7 +12,7 @@ import pytest
 
 from raychaos.config.settings import RaychaosSettings
 from raychaos.context import Run, activate, deactivate
-from raychaos.errors import ConfigError
+from raychaos.errors import ConfigError, FaultFailed
 from raychaos.faults.blackout import blackout
 from raychaos.faults.head import kill_head
 from raychaos.faults.rollback import undo_all
@@ -85,6 +85,24 @@ def test_a_malformed_spec_never_reaches_the_target(run):
     with pytest.raises(ConfigError, match="spec: is not valid JSON"):
         inject_rpc_failures(spec='{"oops"')
     assert not r.ledger.faults and not [c for c in r.target.calls if c[0] == "restart_with_env"]
+
+
+def test_flags_that_change_nothing_fail_the_fault_and_are_still_undone(run):
+    """The negative control of the faults' own evidence: a spec that matches no call Ray
+    makes (no failure injected) and a delay on a handler the GCS never runs (the node table
+    as fast as before) fail loudly — and the nodes are restarted without the flag anyway."""
+    r = run()
+    r.target.ray_log_counts = lambda nodes, needles: {n: dict.fromkeys(needles, 0)
+                                                      for n in nodes}
+    with pytest.raises(FaultFailed, match="Ray injected no failure on"):
+        inject_rpc_failures(spec={LEASE: {"num_failures": -1, "req_failure_prob": 0.2}},
+                            nodes=["worker-2"], observe_s=0.1)
+    r.target.gcs_call_ms = lambda timeout=2.0: 1.0
+    with pytest.raises(FaultFailed, match="the node table still answers in 1 ms"):
+        slow_gcs(min_ms=200, max_ms=300)
+    assert [f["state"] for f in r.ledger.faults] == ["failed", "failed"]
+    undo_all()
+    assert r.target.env["worker-2"] == {} and r.target.env["head"] == {}
 
 
 def test_slow_gcs_latency_probe_passes_before_and_fails_after(run):
