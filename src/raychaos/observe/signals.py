@@ -9,12 +9,14 @@ and the GCS's failed health checks — so one timeline shows the link, the check
   and reads the head's count of ``Health check failed for node`` log lines: one ``signals``
   record per call (the monitor calls it once a second).
 
-Neither blocks the GCS sampler for long: the raylet check runs only when a death is seen, the
-counters are files and incremental log reads on the local target (``{}`` where not available).
+Neither blocks the GCS sampler: the raylet check runs only when a death is seen, in a thread
+of its own (the event keeps the moment the death was seen); the counters are files and
+incremental log reads on the local target (``{}`` where not available).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -36,12 +38,22 @@ class DeathWatch:
         self.states: dict[str, str] = {}
         self.deaths = 0
 
-    def observe(self, nodes: list[NodeInfo]) -> list[dict[str, Any]]:
+    def observe(self, nodes: list[NodeInfo]) -> list[NodeInfo]:
+        """Note the states; each node newly DEAD is reported from a thread of its own (the
+        raylet check reads the process table: the sampler's beat must not wait for it)."""
         newly = [n for n in nodes if n.state == "DEAD"
                  and self.states.get(n.node_id) in ("ALIVE", "DRAINING")]
         self.states.update({n.node_id: n.state for n in nodes})
-        if not newly:
-            return []
+        if newly:
+            self.deaths += len(newly)
+            seen_at = self.timeline.clock.t()
+            threading.Thread(target=self.report, args=(newly, seen_at), daemon=True,
+                             name="raychaos-death-watch").start()
+        return newly
+
+    def report(self, newly: list[NodeInfo], seen_at: float | None = None
+               ) -> list[dict[str, Any]]:
+        """Ask whether each node's raylet still runs; write a ``node_dead`` event for each."""
         try:
             alive = self.target.raylet_alive([n.node_id for n in newly])
         except Exception as exc:  # noqa: BLE001 - unknown is an answer; the sampler goes on
@@ -51,9 +63,9 @@ class DeathWatch:
         for node in newly:
             detail = {"node_id": node.node_id, "raylet_alive": alive.get(node.node_id),
                       "is_head": node.is_head}
-            self.timeline.event(Ev.NODE_DEAD, node.name, **detail)
+            self.timeline.write("event", t=seen_at, event=Ev.NODE_DEAD, name=node.name,
+                                detail=detail)
             out.append({"name": node.name, **detail})
-        self.deaths += len(out)
         return out
 
 
