@@ -44,6 +44,7 @@ from raychaos.targets.kubernetes.network import CHAOS_MESH, chaos_mesh_installed
 from raychaos.targets.kubernetes.raycluster import RayClusterHandle, pod_ready
 from raychaos.targets.kubernetes.registry import TOOL_IMAGE, _node_affinity
 from raychaos.targets.kubernetes.safety import refuse_protected, run_labels
+from raychaos.targets.kubernetes.streams import exec_in
 
 if TYPE_CHECKING:
     from raychaos.targets.kubernetes.target import KubernetesTarget
@@ -105,7 +106,7 @@ def _patch_groups(api: ApiSession, ns: str, rc: dict[str, Any], groups: dict[str
     object's ``resourceVersion``, re-read and sent again on a 409 (KubeRay writes the status
     all the time, and every status write bumps the version)."""
     name = rc["metadata"]["name"]
-    for attempt in range(5):
+    for attempt in range(8):
         spec = copy.deepcopy(rc.get("spec", {}))
         for group in groups:
             edit(_template(spec, group), group)
@@ -121,7 +122,7 @@ def _patch_groups(api: ApiSession, ns: str, rc: dict[str, Any], groups: dict[str
                       body=body)
             return body
         except KubeApiError as exc:
-            if exc.status != 409 or attempt == 4:
+            if exc.status != 409 or attempt == 7:
                 raise
         time.sleep(0.1 * (attempt + 1))
         rc = api.read(api.custom.get_namespaced_custom_object, *RC[:2], ns, RC[2], name)
@@ -311,8 +312,32 @@ def node_resources(self: KubernetesTarget, timeout: float = 2.0) -> list[NodeInf
 
 
 def raylet_alive(self: KubernetesTarget, node_ids: list[str]) -> dict[str, bool | None]:
-    """Unknown: this target's nodes are pods, not the GCS's node IDs."""
-    return dict.fromkeys(node_ids)
+    """For each GCS node ID: is its raylet still running in its pod? The pod is found by the
+    node's address; the check is an exec (through the kubelet, so a pod whose network is cut
+    still answers). True/False from ``pgrep``; no pod with that address: False (the pod is
+    gone); None when the node, or the exec, gives no answer."""
+    handle = self._handle()
+    try:
+        ips = {str(r.get("node_id")): str(r.get("node_ip")) for r in handle.dashboard.ray_nodes(5)}
+    except (TargetUnavailable, KubeApiError):
+        return dict.fromkeys(node_ids)
+    by_ip = {(p.get("status") or {}).get("podIP"): p for p in handle.pods()
+             if "deletionTimestamp" not in p["metadata"]}
+    out: dict[str, bool | None] = {}
+    for node_id in node_ids:
+        pod = by_ip.get(ips.get(node_id))
+        if node_id not in ips or pod is None:
+            out[node_id] = None if node_id not in ips else False
+            continue
+        try:
+            ran = exec_in(handle.api, handle.ns, pod["metadata"]["name"],
+                          pod["spec"]["containers"][0]["name"],
+                          ["pgrep", "-f", f"raylet.*node_id={node_id}"], timeout=10)
+        except (TargetUnavailable, KubeApiError):
+            out[node_id] = None
+            continue
+        out[node_id] = {0: True, 1: False}.get(ran.code) if ran.code is not None else None
+    return out
 
 
 def node_env(self: KubernetesTarget, nodes: list[str], names: list[str]
