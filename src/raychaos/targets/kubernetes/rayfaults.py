@@ -38,6 +38,7 @@ from raychaos.errors import (
     NothingMatched,
     TargetUnavailable,
 )
+from raychaos.results.store import checkpoint
 from raychaos.targets.base import NodeInfo
 from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.network import CHAOS_MESH, chaos_mesh_installed, delete_created
@@ -172,6 +173,7 @@ def _restart_with_env(handle: RayClusterHandle, run_id: str, record: dict[str, A
         groups[group] = copy.deepcopy(container.get("env") or [])
     record["undo"] = {"kind": "node_env", "namespace": ns, "cluster": cluster,
                       "vars": sorted(env), "original_env": groups, "pods": list(nodes)}
+    checkpoint(record)  # on disk before the template changes
 
     def add(template: dict[str, Any], _group: str) -> None:
         template.setdefault("metadata", {}).setdefault("labels", {})[FAULT_ENV_LABEL] = run_id
@@ -243,6 +245,7 @@ def _cut_network(handle: RayClusterHandle, run_id: str, record: dict[str, Any], 
                          "selector": {"pods": {ns: names}}}}
         undo["objects"].append({"api": "networkchaos", "namespace": ns, "name": name})
         record["undo"] = undo
+        checkpoint(record)  # on disk before the object exists
         api.write("POST", f"/apis/{group}/{version}/namespaces/{ns}/{plural}",
                   api.custom.create_namespaced_custom_object, group, version, ns, plural,
                   body=body)
@@ -265,6 +268,7 @@ def _cut_network(handle: RayClusterHandle, run_id: str, record: dict[str, Any], 
                                              "securityContext": {"privileged": True}}]}}}}
         undo["objects"].append({"api": "daemonset", "namespace": ns, "name": name})
         record["undo"] = undo
+        checkpoint(record)  # on disk before the object exists
         api.write("POST", f"/apis/apps/v1/namespaces/{ns}/daemonsets",
                   api.apps.create_namespaced_daemon_set, ns, body=body)
         via = "iptables daemonset"

@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 
 from raychaos.errors import FaultFailed, NothingMatched, RollbackFailed
+from raychaos.results.store import checkpoint
 from raychaos.targets.local.cluster import LocalCluster
 from raychaos.targets.local.nodes import MARKER, find_child
 
@@ -157,6 +158,7 @@ def restart_with_env(cluster: LocalCluster, *, nodes: list[str], env: dict[str, 
     _entries(cluster, nodes)
     variables = sorted(env)
     record["undo"] = {"kind": "node_env", "nodes": list(nodes), "vars": variables}
+    checkpoint(record)  # on disk before any node has the variable
     _set_extra_env(cluster, nodes, env)
     restart = _restart(cluster, nodes, wait_s)
     seen = node_env(cluster, nodes, variables)
