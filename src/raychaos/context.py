@@ -42,6 +42,9 @@ class Run:
     errors: list[str] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
+    # set when the run is told to stop (signal, abort_if, finish): a fault that runs for a while
+    # in a background activity (a blackout's cycles) waits on it and ends early
+    stopping: threading.Event = field(default_factory=threading.Event)
 
     @contextlib.contextmanager
     def fault(self, name: str, args: dict[str, Any], lasting: bool = True
@@ -72,6 +75,10 @@ class Run:
         self.timeline.event(Ev.FAULT_APPLIED, name, id=record["id"], lasting=lasting)
         if not lasting:  # a kill: its effect (the outage) is what the probes measure next
             self.timeline.event(Ev.FAULT_END, name, id=record["id"])
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep ``seconds`` unless the run is stopping; True when it is."""
+        return self.stopping.wait(max(0.0, seconds))
 
     def record_probe(self, name: str, verdict: str, evidence: dict[str, Any]) -> dict[str, Any]:
         entry = {"name": name, "verdict": verdict, "evidence": evidence}

@@ -30,14 +30,15 @@ def method_args(data: dict[str, Any], func: str) -> dict[str, Any]:
 NOTHING_LEFT = {"processes": [], "namespaces": [], "links": [], "state_dir": []}
 
 
-def module_cluster(tmp_path_factory: Any, name: str) -> Iterator[tuple[Any, Path]]:
-    """A module's shared local cluster; always torn down, and the teardown proves nothing is
-    left (processes, namespaces, links, folders)."""
+def module_cluster(tmp_path_factory: Any, name: str, **spec: Any) -> Iterator[tuple[Any, Path]]:
+    """A module's shared local cluster (``spec``: more LocalClusterSpec settings); always torn
+    down, and the teardown proves nothing is left (processes, namespaces, links, folders)."""
     from raychaos.config.settings import LocalClusterSpec
     from raychaos.targets.local.target import LocalTarget
 
     root = tmp_path_factory.mktemp("state")
-    target = LocalTarget(LocalClusterSpec(name=name, head_restart_delay_s=1), state_root=root)
+    target = LocalTarget(LocalClusterSpec(name=name, head_restart_delay_s=1, **spec),
+                         state_root=root)
     try:
         target.up()
         yield target, root

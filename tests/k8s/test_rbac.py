@@ -107,6 +107,13 @@ def tour(w, make_target, monkeypatch) -> None:  # noqa: ANN001
     t.drain_nodes(count=1, selector={"raychaos.io/node-pool": "gpu"}, deadline_s=5,
                   reason="preemption", replace=True, replace_delay_s=0, record=rec)
     t.undo(rec)
+    cut: dict = {}  # a blackout: a NetworkChaos partition (the CRD exists here)
+    t.cut_network(nodes=["worker-1"], record=cut)
+    t.undo(cut)
+    flags: dict = {}  # Ray's fault flags: the group's template patched, the pod recreated
+    t.restart_with_env(nodes=["worker-2"], env={"RAY_testing_asio_delay_us": "x=1:2"},
+                       wait_s=15, record=flags)
+    t.undo(flags)
 
 
 def test_rbac_grants_every_call_and_nothing_unused(sim, make_target, monkeypatch):

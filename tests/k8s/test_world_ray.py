@@ -107,6 +107,47 @@ def test_ready_with_three_alive_ray_nodes(world, api):
     assert data.startswith(b"HTTP/1.1 200") and b"ray_version" in data
 
 
+def test_a_blackout_cuts_a_worker_pod_while_its_raylet_runs_and_is_given_back(world):
+    """raychaos's blackout mechanics on real pods (no Chaos Mesh here: the iptables DaemonSet):
+    the head can no longer reach the worker's raylet, which still runs (the evidence of a false
+    death, by exec through the kubelet); restored, it is reachable again."""
+    from raychaos.config.settings import KubernetesSpec
+    from raychaos.targets.kubernetes.streams import exec_in
+    from raychaos.targets.kubernetes.target import KubernetesTarget
+
+    t = KubernetesTarget(KubernetesSpec(cluster="demo", namespace="ray",
+                                        kubeconfig=world.kubeconfig), run_id="wbo")
+    t.connect()
+    try:
+        ids = wait(lambda: len(alive_nodes(world)) == 3 and alive_nodes(world), 120, "3 nodes")
+        worker = t.handle.pod_named("worker-2")
+        ip = worker["status"]["podIP"]
+        [node_id] = [i for i, a in ids.items() if a == ip]
+        head = t.handle.head_pod()
+
+        def reach() -> int | None:
+            return exec_in(t._api(), "ray", head["metadata"]["name"],
+                           head["spec"]["containers"][0]["name"],
+                           ["python", "-c", f"import socket; socket.create_connection(('{ip}', "
+                                            f"{52365}), 2)"], timeout=20).code
+
+        assert reach() == 0
+        record: dict = {}
+        t0 = time.monotonic()
+        ev = t.cut_network(nodes=["worker-2"], record=record)
+        assert ev["via"] == "iptables daemonset" and ev["pods"] == [worker["metadata"]["name"]]
+        try:
+            wait(lambda: reach() not in (0, None), 90, "the worker cut off")
+            MEASURED["blackout_daemonset_cut_s"] = time.monotonic() - t0
+            assert t.raylet_alive([node_id, "ff" * 28]) == {node_id: True, "ff" * 28: None}
+        finally:
+            t.undo(record)
+        wait(lambda: reach() == 0, 90, "the worker reachable again")
+    finally:
+        t.cleanup_run()
+        t.close()
+
+
 def test_job_runs_on_the_driver_worker(world, tmp_path):
     """Ray's own JobSubmissionClient through the API server's service proxy, with a working_dir
     (a zip upload through the proxy) and the driver placed on the raychaos_driver worker."""

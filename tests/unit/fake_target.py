@@ -8,7 +8,11 @@ report to the new GCS ``reregister_s`` after it is back (or never, with ``reregi
 listed ALIVE from the restored table, never heard from — what re-registration must catch), jobs
 whose driver logs carry one stats line per second (``job_rate`` completions, ``job_failures``
 failures), the sentinel actor's job, drains and network faults that record what they changed and
-undo it. ``calls`` lists every method call, for assertions.
+undo it; Ray fault flags (a restart with env: ``node_env`` shows it, ``gcs_call_ms`` grows with
+``RAY_testing_asio_delay_us``, injected failures show in ``ray_log_counts``) and blackouts (with
+``blackout_kills`` a cut worker is marked DEAD while its raylet lives: a false death; it comes
+back under a new ID when the network does). ``leak_gpu`` leaves worker-1's GPU unavailable.
+``calls`` lists every method call, for assertions.
 
 Run an experiment against it from a subprocess with
 ``RAYCHAOS_TARGET_FACTORY=tests.unit.fake_target:from_spec``.
@@ -50,7 +54,8 @@ class FakeTarget:
                  workers: int = 2, reregister: bool = True, reregister_s: float = 0.1,
                  observe_delay_s: float = 0.0, zombie_jobs: bool = False,
                  undo_wait_s: float = 10.0, reports_known: bool = True,
-                 workload: dict[str, Any] | None = None) -> None:
+                 workload: dict[str, Any] | None = None, blackout_kills: bool = False,
+                 leak_gpu: bool = False, lose_job_history: bool = False) -> None:
         self.run_id = ""
         self.reports_known = reports_known  # False: like Kubernetes, which raylets reported?
         self.outage_s = outage_s
@@ -72,6 +77,11 @@ class FakeTarget:
         self.applied: dict[str, dict[str, Any]] = {}
         self.workload: dict[str, Any] = dict(workload or {})  # a planted RayJob/RayService
         self.sentinel = {"pid": 4242, "node_id": self.worker_ids[0], "count": 3}
+        self.blackout_kills, self.leak_gpu = blackout_kills, leak_gpu
+        self.lose_job_history = lose_job_history
+        self.env: dict[str, dict[str, str]] = {}  # node -> fault flags it runs with
+        self.cut: set[str] = set()
+        self.dead_alive_raylet: set[str] = set()  # node IDs DEAD in the GCS, raylet running
 
     # --- lifecycle ---------------------------------------------------------------------------
     def ensure_up(self, say: Callable[[str], None]) -> bool:
@@ -128,7 +138,10 @@ class FakeTarget:
         for i, wid in enumerate(self.worker_ids):
             state = "DEAD" if wid in self.lost else "ALIVE"
             out.append(NodeInfo(node_id=wid, name=f"worker-{i + 1}", address=f"fake-{i + 1}",
-                                state=state, gpus=1.0 if i == 0 else 0.0, cpus=1.0))
+                                state=state, gpus=1.0 if i == 0 else 0.0, cpus=1.0,
+                                resources={"CPU": 1.0, **({"GPU": 1.0} if i == 0 else {})}))
+        out += [NodeInfo(node_id=d, name="gone", address="fake-gone", state="DEAD")
+                for d in sorted(self.dead_alive_raylet)]
         return out
 
     def observe(self, deadline_s: float = 0.1) -> Observation:
@@ -142,9 +155,11 @@ class FakeTarget:
         fresh = back is None or (self.reregister and time.monotonic() - back >= self.reregister_s)
         reported = frozenset(n.node_id for n in nodes if n.state == "ALIVE"
                              and (n.is_head or fresh))
+        latency_s = (self.gcs_call_ms() or 0.0) / 1000  # grows with a slow GCS's flag
         if not self.reports_known:  # only the (restored) node table: no re-registration signal
-            return Observation(True, nodes=nodes)
-        return Observation(True, nodes=nodes, reported=reported, incarnation=self.head_pid)
+            return Observation(True, nodes=nodes, latency_s=latency_s)
+        return Observation(True, nodes=nodes, reported=reported, incarnation=self.head_pid,
+                           latency_s=latency_s)
 
     def dashboard_url(self) -> str:
         return "http://fake-dashboard"
@@ -160,6 +175,36 @@ class FakeTarget:
 
     def cluster_events(self, since: float) -> list[dict[str, Any]]:
         return []
+
+    def gcs_call_ms(self, timeout: float = 2.0) -> float | None:
+        delay = self.env.get("head", {}).get("RAY_testing_asio_delay_us")
+        return (int(delay.split("=")[1].split(":")[0]) / 1000 + 1.0) if delay else 1.0
+
+    def node_resources(self, timeout: float = 2.0) -> list[NodeInfo]:
+        from dataclasses import replace
+
+        return [replace(n, available={k: 0.0 if (k == "GPU" and self.leak_gpu) else v
+                                      for k, v in n.resources.items()})
+                for n in self.nodes() if n.state == "ALIVE"]
+
+    def raylet_alive(self, node_ids: list[str]) -> dict[str, bool | None]:
+        return {i: i in self.dead_alive_raylet for i in node_ids}
+
+    def node_env(self, nodes: list[str], names: list[str]) -> dict[str, dict[str, str]]:
+        return {f"{n}/raylet": {k: v for k, v in self.env.get(n, {}).items() if k in names}
+                for n in nodes}
+
+    def ray_log_counts(self, nodes: list[str], needles: list[str]) -> dict[str, dict[str, int]]:
+        return {n: {k: 3 if "RAY_testing_rpc_failure" in self.env.get(n, {}) else 0
+                    for k in needles} for n in nodes}
+
+    def network_counters(self) -> dict[str, dict[str, int]]:
+        return {}
+
+    def job_history(self, timeout: float = 5.0) -> list[dict[str, Any]]:
+        lost = self.lose_job_history and self.head_pid > 1000
+        return [] if lost else [{"job_id": j, "submission_id": j, "dead": False}
+                                for j in self.jobs]
 
     # --- jobs --------------------------------------------------------------------------------
     def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
@@ -252,14 +297,44 @@ class FakeTarget:
 
     def saturate_network(self, *, nodes: list[str], bandwidth_bps: float, loss_pct: float,
                          latency_ms: float, flood: bool, partition: bool, flood_s: float,
-                         record: dict[str, Any]) -> dict[str, Any]:
+                         record: dict[str, Any], queue_ms: float = 100.0) -> dict[str, Any]:
         if "worker-9" in nodes:
             raise FaultFailed("fake: no effect measured on worker-9")
         return self._apply("network", record, nodes=list(nodes), bandwidth_bps=bandwidth_bps)
 
+    def restart_with_env(self, *, nodes: list[str], env: dict[str, str], wait_s: float,
+                         record: dict[str, Any]) -> dict[str, Any]:
+        record["undo"] = {"kind": "node_env", "nodes": list(nodes), "vars": sorted(env)}
+        for node in nodes:
+            self.env.setdefault(node, {}).update(env)
+        self.calls.append(("restart_with_env", {"nodes": list(nodes), "env": dict(env)}))
+        return {"landed": True, "env_seen": self.node_env(nodes, list(env))}
+
+    def cut_network(self, *, nodes: list[str], record: dict[str, Any]) -> dict[str, Any]:
+        record["undo"] = {"kind": "blackout", "nodes": list(nodes)}
+        self.cut |= set(nodes)
+        if self.blackout_kills:  # the GCS gives up on them; their raylets keep running
+            for i, wid in enumerate(list(self.worker_ids)):
+                if f"worker-{i + 1}" in nodes:
+                    self.dead_alive_raylet.add(wid)
+                    self.worker_ids[i] = f"{i + 1:02d}" * 10 + f"{len(self.dead_alive_raylet):08d}"
+        self.calls.append(("cut_network", list(nodes)))
+        return {"landed": True, "cut_at": time.time()}
+
+    def restore_network(self, record: dict[str, Any]) -> dict[str, Any]:
+        self.cut.clear()
+        self.calls.append(("restore_network", None))
+        return {"undone": True}
+
     def undo(self, record: dict[str, Any]) -> dict[str, Any]:
         kind = (record.get("undo") or {}).get("kind")
         self.calls.append(("undo", kind))
+        if kind == "node_env":
+            for node in record["undo"]["nodes"]:
+                for var in record["undo"]["vars"]:
+                    self.env.get(node, {}).pop(var, None)
+        if kind == "blackout":
+            self.restore_network(record)
         if kind == "ensure_head":
             back = self.wait_head_back({"pid": record["undo"]["old_pid"]}, self.undo_wait_s)
             if not back["back"]:

@@ -70,6 +70,13 @@ def _judge(metric: str, op: str, threshold: float, records: Records,
     return row
 
 
+def _chaos(inside: Records) -> Records:
+    """A fault from 10 to 20 s with ``inside`` spread over it."""
+    recs: Records = [{"t": 10.0, "kind": "event", "event": "fault_start", "name": "f"}]
+    recs += [{**r, "t": 10.5 + i * 9.0 / max(len(inside), 1)} for i, r in enumerate(inside)]
+    return [*recs, {"t": 20.0, "kind": "event", "event": "fault_end", "name": "f"}]
+
+
 def _gcs_probe(records: Records) -> list[dict[str, Any]]:
     figures = recovery_figures(records)
     evidence = {**figures, "gcs_flaps_after_first_answer": figures["gcs_flaps"]}
@@ -121,6 +128,29 @@ CONTROLS: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
                                   {"t": 15.0, "kind": "sample", "gcs_up": True,
                                    "spilled_mb": 230.0},
                                   {"t": 20.0, "kind": "event", "event": "fault_end"}])),
+    "false_node_deaths": ("a node marked DEAD while its raylet ran", lambda: _judge(
+        "false_node_deaths", "==", 0, [], [{"name": "false_node_deaths", "verdict": "fail",
+                                            "evidence": {"false_deaths": 1}}])),
+    "resources_restored": ("a GPU lease leaked across the failover", lambda: _judge(
+        "resources_restored", "==", 1, [], [{"name": "resources_restored", "verdict": "fail",
+                                             "evidence": {"restored": False}}])),
+    "job_history_preserved": ("the GCS forgot a job it knew", lambda: _judge(
+        "job_history_preserved", "==", 1, [], [{"name": "job_history_preserved",
+                                                "verdict": "fail",
+                                                "evidence": {"preserved": False}}])),
+    "gcs_latency_p95_ms": ("the GCS answers late: every sample past the sampler's deadline "
+                           "(a lower bound, still above the bound)", lambda: _judge(
+        "gcs_latency_p95_ms", "<=", 100, _chaos([
+            {"kind": "sample", "gcs_up": False, "gcs_late": True, "latency_ms": 160.0}
+            for _ in range(20)]))),
+    "node_deaths": ("a node turned DEAD in the chaos window", lambda: _judge(
+        "node_deaths", "==", 0, _chaos([{"kind": "event", "event": "node_dead",
+                                         "name": "worker-1"}]))),
+    "health_check_failures": ("the GCS's health checks of a raylet fail", lambda: _judge(
+        "health_check_failures", "<=", 0, [
+            {"t": 5.0, "kind": "signals", "health_check_failures": 2}, *_chaos([
+                {"kind": "signals", "health_check_failures": 5}]),
+            {"t": 25.0, "kind": "signals", "health_check_failures": 5}])),
 }
 
 

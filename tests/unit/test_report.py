@@ -146,3 +146,29 @@ def test_report_timeline_answers_the_mouse_in_headless_chromium(tmp_path: Path) 
     green = sum(n for n, (r, g, b) in rgb if g > r + 40 and g > b + 40)
     red = sum(n for n, (r, g, b) in rgb if r > g + 60 and r > b + 60)
     assert green > 10_000 and red > 1_000, f"no timeline drawn? green {green}, red {red}"
+
+
+def test_the_timeline_shows_links_health_checks_blackouts_and_false_deaths_together() -> None:
+    """The saturated shuffle's story on one time axis: the link rate, the GCS's failed health
+    checks, the blackout cycles and a node marked DEAD while its raylet ran (in red)."""
+    from raychaos.results.interactive import timeline_figure
+
+    records = [{"t": float(t), "kind": "sample", "gcs_up": True, "nodes_alive": 3,
+                "nodes_total": 3} for t in range(20)]
+    records += [{"t": float(t), "kind": "signals", "health_check_failures": max(0, t - 8),
+                 "links": {"worker-1": {"in_mbit": 2.0, "out_mbit": 0.1}}} for t in range(20)]
+    records += [{"t": 5.0, "kind": "event", "event": "blackout_down", "name": "worker-1"},
+                {"t": 12.0, "kind": "event", "event": "blackout_up", "name": "worker-1"},
+                {"t": 11.0, "kind": "event", "event": "node_dead", "name": "worker-1",
+                 "detail": {"raylet_alive": True}}]
+    fig = timeline_figure(records)
+    axes = {v["title"]["text"] for k, v in fig["layout"].items() if k.startswith("yaxis")}
+    assert {"GCS", "link Mbit/s", "checks failed"} <= axes
+    names = {t["name"] for t in fig["data"]}
+    assert {"worker-1 link", "failed health checks"} <= names
+    assert any(s.get("name") == "blackout worker-1" and s["x0"] == 5.0 and s["x1"] == 12.0
+               for s in fig["layout"]["shapes"])
+    assert any(s["type"] == "line" and s["x0"] == 11.0 and s["line"]["color"] == "#d62728"
+               for s in fig["layout"]["shapes"])
+    assert any(n.get("text") == "worker-1 DEAD (raylet alive)"
+               for n in fig["layout"]["annotations"])

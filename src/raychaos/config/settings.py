@@ -39,6 +39,14 @@ class LocalClusterSpec:
     network: Literal["auto", "netns", "host"] = "auto"
     subnet_prefix: str = field(default="198.18", metadata=NONEMPTY)
     state_dir: str | None = None
+    # the GCS's health checks of every raylet (RAY_health_check_*, on the head); None: Ray's
+    # default (2.60: every 3000 ms, 10000 ms timeout, dead after 5 misses — ~65 s)
+    health_check_period_ms: int | None = field(default=None, metadata={"min": 100,
+                                                                        "max": 600_000})
+    health_check_timeout_ms: int | None = field(default=None, metadata={"min": 100,
+                                                                         "max": 600_000})
+    health_check_failure_threshold: int | None = field(default=None,
+                                                       metadata={"min": 1, "max": 1000})
 
     def __post_init__(self) -> None:
         if self.gpu_workers > self.workers:
@@ -130,7 +138,7 @@ class SloSpec:
     metric: str = field(default="", metadata=NONEMPTY)
     op: Literal["<=", "<", ">=", ">", "=="] = "<="
     threshold: float = 0.0
-    window: Literal["baseline", "chaos", "recovery", "run"] = "run"
+    window: Literal["baseline", "chaos", "recovery", "run", "overlap"] = "run"
     load: str | None = None
     description: str = ""
 

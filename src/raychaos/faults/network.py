@@ -47,7 +47,8 @@ def saturate_network(nodes: list[str] | None = None,
                      loss_pct: Annotated[float, Range(0, 100)] = 0.0,
                      latency_ms: Annotated[float, Range(0, 60_000)] = 0.0, flood: bool = True,
                      partition: bool = False,
-                     flood_s: Annotated[float, Range(1, 3600)] = 120.0) -> dict[str, Any]:
+                     flood_s: Annotated[float, Range(1, 3600)] = 120.0,
+                     queue_ms: Annotated[float, Range(1, 60_000)] = 100.0) -> dict[str, Any]:
     """Degrade the network of ``nodes`` until rolled back.
 
     :param nodes: node names, e.g. ``["worker-1"]`` (the default); one node must stay out.
@@ -57,16 +58,20 @@ def saturate_network(nodes: list[str] | None = None,
     :param flood: run a paced bulk TCP flood into each node for ``flood_s`` seconds.
     :param partition: drop all traffic to and from the nodes (nftables).
     :param flood_s: how long the flood runs at most (it stops by itself).
+    :param queue_ms: how long a packet may wait in the shaper's queue before it is dropped (tc
+        tbf ``latency``): 100 ms is a shallow queue; seconds are the bufferbloat of a saturated
+        NIC, where a GCS health check waits behind the flood and times out.
     :returns: evidence: transfer rate before/during, the qdiscs and nft tables applied.
     """
     nodes = ["worker-1"] if nodes is None else nodes
     run = current()
     args = {"nodes": nodes, "bandwidth_mbit": bandwidth_mbit, "loss_pct": loss_pct,
-            "latency_ms": latency_ms, "flood": flood, "partition": partition, "flood_s": flood_s}
+            "latency_ms": latency_ms, "flood": flood, "partition": partition, "flood_s": flood_s,
+            "queue_ms": queue_ms}
     with run.fault("saturate_network", args) as record:
         evidence = run.target.saturate_network(
             nodes=nodes, bandwidth_bps=bandwidth_mbit * 1e6, loss_pct=loss_pct,
             latency_ms=latency_ms, flood=flood, partition=partition, flood_s=flood_s,
-            record=record)
+            record=record, queue_ms=queue_ms)
         run.ledger.update(record, evidence=evidence)
     return evidence

@@ -17,6 +17,10 @@ re-registration evidence — when the target can tell) and ``gcs_incarnation``.
 
 The **job poller** (every second) reads each load job's status and new driver-log lines and
 writes their ``RAYCHAOS_STATS`` lines as ``load`` records placed at their own timestamps.
+
+Each answered sample's ``latency_ms`` is the GCS's round trip (``gcs_latency_p95_ms``); node IDs
+going DEAD are watched as they happen, and the poller writes link rates and failed health checks
+(:mod:`raychaos.observe.signals`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 
 from raychaos.catalog import stats_format
 from raychaos.observe.prometheus import resource_snapshot
+from raychaos.observe.signals import DeathWatch, SignalSampler
 from raychaos.results.store import Clock, Ev, Timeline
 from raychaos.targets.base import Observation, Target
 
@@ -125,6 +130,8 @@ class Monitor:
         self._events_since = clock.wall0
         self.resources: dict[str, Any] = {}
         self.job_every_s = 1.0  # the Jobs API is slower and load stats come per second
+        self.deaths = DeathWatch(target, timeline)
+        self.signals = SignalSampler(target, timeline)
 
     @property
     def cpu_seconds(self) -> float:
@@ -163,6 +170,7 @@ class Monitor:
                           nodes_draining=sum(n.state == "DRAINING" for n in obs.nodes),
                           gpus_total=sum(n.gpus for n in alive),
                           alive_ids=sorted(n.node_id[:12] for n in alive if not n.is_head))
+            self.deaths.observe(obs.nodes)
             if obs.reported is not None:
                 record["reported_ids"] = sorted(n.node_id[:12] for n in alive
                                                 if not n.is_head and n.node_id in obs.reported)
@@ -249,5 +257,9 @@ class Monitor:
                 self.resources = resource_snapshot(self.target.metrics_texts())
             except Exception as exc:
                 self.timeline.event(Ev.MONITOR_ERROR, "metrics", error=repr(exc))
+            try:  # link rates and the GCS's failed health checks
+                self.signals.sample()
+            except Exception as exc:
+                self.timeline.event(Ev.MONITOR_ERROR, "signals", error=repr(exc))
             self._poll_jobs()
             self._cpu += time.thread_time() - cpu0

@@ -26,6 +26,7 @@ from raychaos.catalog import stats_format
 from raychaos.config.metrics import METRICS, probe_of
 from raychaos.config.settings import SloProfile, SloSpec
 from raychaos.observe.loadstats import aggregate, load_end, load_names, series, time_back
+from raychaos.observe.signals import MONITOR_METRICS, monitor_metric
 from raychaos.observe.windows import windows
 
 __all__ = ["OPS", "evaluate", "metric_value", "said", "weighted_percentile", "windows"]
@@ -143,6 +144,8 @@ def _time_back(slo: SloSpec, records: list[dict[str, Any]], wins: Wins, who: str
 def _from_monitor(slo: SloSpec, records: list[dict[str, Any]], wins: Wins) -> Measured:
     if slo.window not in wins:
         return None, "n/a", {"note": f"the run has no {slo.window} window"}
+    if slo.metric in MONITOR_METRICS:  # GCS latency, node deaths, failed health checks
+        return monitor_metric(slo.metric, records, wins[slo.window])
     lo, hi = wins[slo.window]
     vals = [r["spilled_mb"] for r in records if r.get("kind") == "sample"
             and lo <= r["t"] < hi and r.get("spilled_mb") is not None]

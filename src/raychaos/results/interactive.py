@@ -185,6 +185,55 @@ def _shapes(records: list[dict[str, Any]], windows: dict[str, Any]
     return shapes, notes
 
 
+def _network(records: list[dict[str, Any]]
+             ) -> tuple[list[tuple[str, list[dict[str, Any]]]], list[dict[str, Any]],
+                        list[dict[str, Any]]]:
+    """The network and health faults' panels (link Mbit/s per node, the GCS's failed health
+    checks) and marks across all panels (blackout cycles shaded, node deaths as lines, red
+    when the raylet was alive: a false death) — one time axis with the loads and the GCS."""
+    signals = sorted((r for r in records if r.get("kind") == "signals"
+                      and _finite(r.get("t")) is not None), key=lambda r: r["t"])
+    events = [r for r in records if r.get("kind") == "event" and _finite(r.get("t")) is not None]
+    panels: list[tuple[str, list[dict[str, Any]]]] = []
+    links: dict[str, tuple[list[float], list[float | None]]] = {}
+    for r in signals:
+        for node, rate in (r.get("links") or {}).items():
+            ts, vs = links.setdefault(node, ([], []))
+            ts.append(float(r["t"]))
+            vs.append((_finite(rate.get("in_mbit")) or 0.0) + (_finite(rate.get("out_mbit"))
+                                                                or 0.0))
+    busy = {n: tv for n, tv in sorted(links.items()) if any((v or 0) > 0.05 for v in tv[1])}
+    if busy:
+        panels.append(("link Mbit/s", [_trace(f"{n} link", ts, vs, 0, shape="vh",
+                                              unit=" Mbit/s") for n, (ts, vs) in busy.items()]))
+    checks = [r for r in signals if isinstance(r.get("health_check_failures"), int)]
+    if checks:
+        panels.append(("checks failed", [_trace(
+            "failed health checks", [float(r["t"]) for r in checks],
+            [float(r["health_check_failures"]) for r in checks], 0, colour="#d62728")]))
+    shapes: list[dict[str, Any]] = []
+    notes: list[dict[str, Any]] = []
+    ups = sorted(float(e["t"]) for e in events if e.get("event") == "blackout_up")
+    for down in (e for e in events if e.get("event") == "blackout_down"):
+        t0 = float(down["t"])
+        t1 = next((u for u in ups if u >= t0), t0)
+        shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": t0, "x1": t1,
+                       "y0": 0, "y1": 1, "layer": "below", "fillcolor": "rgba(68,68,68,0.12)",
+                       "line": {"width": 0}, "name": f"blackout {down.get('name')}"})
+    for death in (e for e in events if e.get("event") == "node_dead"):
+        false = (death.get("detail") or {}).get("raylet_alive") is True
+        colour = "#d62728" if false else "#7f7f7f"
+        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": death["t"],
+                       "x1": death["t"], "y0": 0, "y1": 1, "line": {"color": colour,
+                                                                     "width": 2}})
+        notes.append({"x": death["t"], "y": 0.0, "xref": "x", "yref": "paper",
+                      "showarrow": False, "textangle": -90, "xanchor": "right",
+                      "yanchor": "bottom", "font": {"size": 10, "color": colour},
+                      "text": f"{death.get('name')} DEAD"
+                              f"{' (raylet alive)' if false else ''}"})
+    return panels, shapes, notes
+
+
 def timeline_figure(records: list[dict[str, Any]], windows: dict[str, Any] | None = None
                     ) -> dict[str, Any]:
     """The run's timeline as one Plotly figure: stacked panels on ONE time axis (zoom one,
@@ -233,6 +282,8 @@ def timeline_figure(records: list[dict[str, Any]], windows: dict[str, Any] | Non
         panels.append(("ms", per_load("p95", " ms", suffix=" p95")
                        + per_load("p99", " ms", "dot", " p99")))
         panels.append(("failures/s", per_load("fail", "/s", suffix=" failures")))
+    net_panels, net_shapes, net_notes = _network(records)
+    panels += net_panels
     layout: dict[str, Any] = {
         # every panel at the mouse's time; no cut-off, as flat stretches keep only their ends
         "hovermode": "x unified", "hoversubplots": "axis", "hoverdistance": -1,
@@ -261,6 +312,8 @@ def timeline_figure(records: list[dict[str, Any]], windows: dict[str, Any] | Non
             trace["yaxis"] = "y" if axis == 1 else f"y{axis}"
             data.append(trace)
     layout["shapes"], layout["annotations"] = _shapes(records, windows or {})
+    layout["shapes"] += net_shapes
+    layout["annotations"] += net_notes
     if not data:
         layout["annotations"].append({"text": "no data recorded", "showarrow": False,
                                       "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5})

@@ -28,7 +28,8 @@ EVENT_STYLES: dict[str, tuple[str, Any, str]] = {
     "rollback_end": ("#9467bd", "-", "rollback end"),
     "abort": ("#000000", "-", "abort"),
 }
-WINDOW_COLOURS = {"baseline": "#e8f0fe", "chaos": "#fde8e8", "recovery": "#e8f6e8"}
+WINDOW_COLOURS = {"baseline": "#e8f0fe", "chaos": "#fde8e8", "recovery": "#e8f6e8",
+                  "overlap": "#f6e0f6"}
 
 
 def _num(value: Any) -> float:
@@ -87,8 +88,10 @@ def render_timeline_png(records: list[dict[str, Any]],
                         title: str = "") -> bytes:
     """Draw the run's timeline as one PNG (bytes) with six panels sharing the time axis.
 
-    Panels: GCS up/down band, alive/total nodes, GPU capacity (total/available), per-load
-    throughput, per-load p95/p99 latency, per-load failures. ``windows`` (the summary's
+    Panels: GCS up/down band, alive/total nodes, GPU capacity (total/available), object store,
+    per-load throughput, per-load p95/p99 latency, per-load failures, and the network: each
+    node's link rate, the GCS's failed health checks, blackouts and node deaths (false ones in
+    red). ``windows`` (the summary's
     ``{"baseline": [t0, t1], ...}``) shades the phases when given. Missing data leaves a panel
     empty with a note rather than failing, so a crashed run still gets a picture.
     """
@@ -99,11 +102,11 @@ def render_timeline_png(records: list[dict[str, Any]],
     events = [r for r in records if r.get("kind") == "event"]
     loads = load_series(records)
 
-    fig = Figure(figsize=(11, 15), dpi=90)
+    fig = Figure(figsize=(11, 17), dpi=90)
     FigureCanvasAgg(fig)
-    axes = fig.subplots(7, 1, sharex=True,
-                        gridspec_kw={"height_ratios": [0.6, 1, 1, 1, 1.3, 1.3, 1]})
-    ax_gcs, ax_nodes, ax_gpu, ax_store, ax_tput, ax_lat, ax_err = axes
+    axes = fig.subplots(8, 1, sharex=True,
+                        gridspec_kw={"height_ratios": [0.6, 1, 1, 1, 1.3, 1.3, 1, 1.2]})
+    ax_gcs, ax_nodes, ax_gpu, ax_store, ax_tput, ax_lat, ax_err, ax_net = axes
     if title:
         fig.suptitle(title, fontsize=12)
 
@@ -148,10 +151,11 @@ def render_timeline_png(records: list[dict[str, Any]],
     ax_tput.set_ylabel("completions/s")
     ax_lat.set_ylabel("latency ms")
     ax_err.set_ylabel("failures/s")
-    ax_err.set_xlabel("seconds since run start")
+    network = _network_panel(ax_net, records)
+    ax_net.set_xlabel("seconds since run start")
 
     empty = {ax_gcs: not samples, ax_nodes: not samples, ax_gpu: not samples, ax_store: not store,
-             ax_tput: not loads, ax_lat: not loads, ax_err: not loads}
+             ax_tput: not loads, ax_lat: not loads, ax_err: not loads, ax_net: not network}
     for ax, is_empty in empty.items():
         if is_empty:
             ax.text(0.5, 0.5, "no data recorded", transform=ax.transAxes, ha="center",
@@ -178,6 +182,43 @@ def render_timeline_png(records: list[dict[str, Any]],
     buf = BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+def _network_panel(ax: Any, records: list[dict[str, Any]]) -> bool:
+    """Link Mbit/s per node, failed health checks (right axis), blackouts shaded, node deaths
+    as markers (red: the raylet was alive — a false death). False when there is nothing."""
+    signals = [r for r in records if r.get("kind") == "signals"]
+    events = [r for r in records if r.get("kind") == "event"]
+    links: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    for r in signals:
+        for node, rate in (r.get("links") or {}).items():
+            links[node][0].append(_num(r.get("t")))
+            links[node][1].append(_num(rate.get("in_mbit")) + _num(rate.get("out_mbit")))
+    for node, (ts, mbit) in sorted(links.items()):
+        if any(v > 0.05 for v in mbit if not math.isnan(v)):
+            ax.step(ts, mbit, where="pre", label=f"{node} Mbit/s")
+    ax.set_ylabel("link Mbit/s")
+    downs = [e for e in events if e.get("event") == "blackout_down"]
+    ups = [_num(e.get("t")) for e in events if e.get("event") == "blackout_up"]
+    for down in downs:
+        t0 = _num(down.get("t"))
+        t1 = min((u for u in ups if u >= t0), default=t0)
+        ax.axvspan(t0, t1, color="#444444", alpha=0.25, zorder=0)
+    checks = [r for r in signals if isinstance(r.get("health_check_failures"), int)]
+    if checks:
+        twin = ax.twinx()
+        twin.step([_num(r.get("t")) for r in checks], [r["health_check_failures"] for r in checks],
+                  where="post", color="#d62728", linestyle=":", label="failed health checks")
+        twin.set_ylabel("health checks failed")
+        twin.legend(loc="upper left", fontsize=7)
+    for death in (e for e in events if e.get("event") == "node_dead"):
+        false = (death.get("detail") or {}).get("raylet_alive") is True
+        ax.axvline(_num(death.get("t")), color="#d62728" if false else "#7f7f7f",
+                   linewidth=2.0, alpha=0.9)
+        ax.annotate(f"{death.get('name')} DEAD{' (raylet alive)' if false else ''}",
+                    (_num(death.get("t")), 0.9), xycoords=("data", "axes fraction"),
+                    fontsize=7, rotation=90, va="top", color="#d62728" if false else "#555555")
+    return bool(links or checks or downs)
 
 
 def _event_legend(fig: Any, events: list[dict[str, Any]]) -> None:

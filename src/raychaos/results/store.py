@@ -5,9 +5,12 @@
 - ``timeline.jsonl`` — one JSON object per line, flushed as written. Every record has ``t``
   (seconds since the run started, monotonic) and ``ts`` (wall clock, epoch seconds) and ``kind``:
   ``sample`` (the monitor: ``gcs_up``, ``nodes_alive``, ``nodes_total``, ``gpus_total``,
-  ``gpus_available``, ``alive_ids``, object store and spill figures), ``jobs`` ({job id:
-  status}), ``load`` (one stats line of a load, see ``loads/_stats.py``: ``load``, ``count``,
-  ``failures``, ``p50_ms`` …) or ``event`` (``event``, ``name``, ``detail``), where ``event`` is
+  ``gpus_available``, ``alive_ids``, ``latency_ms`` — the round trip of the sample's GCS question —,
+  object store and spill figures), ``jobs`` ({job id: status}), ``load`` (one stats line of a
+  load, see ``loads/_stats.py``: ``load``, ``count``, ``failures``, ``p50_ms`` …), ``signals``
+  (once a second: ``links`` {node: {``in_mbit``, ``out_mbit``}} over the last interval and
+  ``health_check_failures``, the GCS's failed health checks so far) or ``event`` (``event``,
+  ``name``, ``detail``), where ``event`` is
   one of the :class:`Ev` names below — the harness's own — or what the operator did
   (``node_started``, ``node_exited``, ``node_ready``, ``node_stopped``, ``image_pulled``,
   written with the target's own names; on a RayJob/RayService target also ``rayjob_status``,
@@ -64,7 +67,12 @@ class Ev:
     - ``monitor_error``: a sampler or poller call failed (``detail.error``); the run goes on;
     - ``lock_taken_over``: a stale run lock was taken over (``detail.holder``);
     - ``loads_stopped``: the harness began stopping the loads — load statistics end here, so
-      the seconds after it are not counted as a stall.
+      the seconds after it are not counted as a stall;
+    - ``blackout_down`` / ``blackout_up``: one blackout cycle cut / gave back the network of the
+      nodes in ``name`` (``detail``: the fault's id, the cycle number);
+    - ``node_dead``: the GCS began to list a node DEAD (``name``: the node; ``detail``:
+      ``node_id``, ``raylet_alive`` — True when its raylet process was still running, i.e. a
+      false death; None when the target cannot tell).
     """
 
     PHASE = "phase"
@@ -82,6 +90,9 @@ class Ev:
     ABORT = "abort"
     MONITOR_ERROR = "monitor_error"
     LOCK_TAKEN_OVER = "lock_taken_over"
+    BLACKOUT_DOWN = "blackout_down"
+    BLACKOUT_UP = "blackout_up"
+    NODE_DEAD = "node_dead"
     NOT_RECOVERED = "not_recovered"
     LOADS_STOPPED = "loads_stopped"
 

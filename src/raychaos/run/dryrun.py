@@ -44,12 +44,16 @@ def kubernetes_plan(exp: Experiment) -> str:
                     continue
                 before = len(target.planned_calls())
                 func = getattr(importlib.import_module(prov["module"]), prov["func"])
+                note = None
                 try:
-                    func(**(prov.get("arguments") or {}))
+                    result = func(**(prov.get("arguments") or {}))
                     outcome = ""
+                    note = result.get("note") if isinstance(result, dict) else None
                 except RaychaosError as exc:
                     outcome = f"  (would fail: {exc})"
                 lines.append(f"{act.get('name')}: {prov['func']}{outcome}")
+                if note:
+                    lines.append(f"  note: {note}")
                 for call in target.planned_calls()[before:]:
                     body = json.dumps(call["body"], sort_keys=True) if call["body"] else ""
                     lines.append(f"  {call['method']} {call['path']} {body[:300]}")

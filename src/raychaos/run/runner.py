@@ -128,10 +128,15 @@ def describe_plan(exp: Experiment) -> str:
              f"loads: {', '.join(f'{x.name} ({x.kind}: {x.script})' for x in s.loads) or 'none'}",
              f"sentinel actor: {'yes' if s.sentinel else 'no'}",
              "method:"]
+    from raychaos.faults.rpc import RESTARTS
+
     for act in exp.data.get("method", []):
         prov = act.get("provider", {})
-        lines.append(f"  {act.get('type')} {act.get('name')}: {prov.get('module')}."
-                     f"{prov.get('func')}({prov.get('arguments') or {}})")
+        lines.append(f"  {act.get('type')} {act.get('name')}"
+                     f"{' [background: overlaps what follows]' if act.get('background') else ''}"
+                     f": {prov.get('module')}.{prov.get('func')}({prov.get('arguments') or {}})")
+        if prov.get("func") in RESTARTS:
+            lines.append(f"    note: {RESTARTS[prov['func']]}")
     lines += _target_support(exp)
     lines.append(f"SLO profile: {exp.slo_path or 'none'}")
     for slo in (exp.slo_profile.slos if exp.slo_profile else []):

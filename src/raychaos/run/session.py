@@ -110,7 +110,7 @@ class Session:
         ledger = Ledger(self.run_dir / "ledger.json", run_id, target.describe())
         run = Run(run_id=run_id, run_dir=self.run_dir, settings=settings, target=target,
                   clock=clock, timeline=timeline, ledger=ledger, title=exp.title,
-                  slo_profile=exp.slo_profile)
+                  slo_profile=exp.slo_profile, stopping=self.switch.stopped)
         self.run = run
         activate(run)
         self.say(f"results: {self.run_dir}", essential=True)
@@ -125,6 +125,9 @@ class Session:
             self.say("creating the sentinel actor")
             run.extras["sentinel"] = create_sentinel(target)
         self.loads.settle()
+        from raychaos.probes.consistency import snapshot_job_history
+
+        run.extras["job_history_before"] = snapshot_job_history(target)  # before any fault
         timeline.event(Ev.PHASE, "experiment")
         self._start_watchers(run)
         return run
@@ -194,6 +197,7 @@ class Session:
         if self.summary is not None:
             return self.summary
         self.switch.rolling_back()  # first: a stop request must not skip the rollback silently
+        self.switch.stopped.set()  # a fault still cycling in a background thread ends now
         self._stop.set()
         if self._ticker is not None:
             self._ticker.stop()

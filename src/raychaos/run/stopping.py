@@ -38,6 +38,7 @@ class StopSwitch:
     def __init__(self, still_applied: Callable[[], str]):
         self.still_applied = still_applied
         self.error: RaychaosError | None = None
+        self.stopped = threading.Event()  # for threads (background faults): signals reach main
         self._old: dict[int, Any] = {}
         self._lock = threading.Lock()
 
@@ -74,6 +75,7 @@ class StopSwitch:
             if self.error is not None:
                 return
             self.error = Aborted(reason)
+        self.stopped.set()
         # to the main thread itself: only there does a signal cut a sleep or a wait short
         signal.pthread_kill(threading.main_thread().ident or 0, ABORT_SIGNAL)
 
@@ -81,6 +83,7 @@ class StopSwitch:
         with self._lock:
             if self.error is None and signum != ABORT_SIGNAL:
                 self.error = Interrupted(signal.Signals(signum).name)
+        self.stopped.set()
         self.rolling_back()
         raise StopRequested(str(self.error))
 
@@ -91,6 +94,7 @@ class StopSwitch:
             first = self.error is None
             if first:  # the first stop request, while rollbacks run: remember it, go on
                 self.error = Interrupted(signal.Signals(signum).name)
+        self.stopped.set()
         print(f"\n{signal.Signals(signum).name}{'' if first else ' again'}: still rolling back "
               f"({self.still_applied() or 'nothing left applied'}); if you stop now "
               "(SIGKILL), run `raychaos rollback` on the results folder", file=terminal_stderr(),

@@ -33,7 +33,7 @@ from raychaos.observe.loadstats import load_report
 from raychaos.observe.monitor import Monitor, sample_gaps
 from raychaos.observe.recovery import recovery_figures
 from raychaos.observe.slo import evaluate, said
-from raychaos.observe.windows import windows
+from raychaos.observe.windows import fault_spans, windows
 from raychaos.results.checks import check, slo_message, worst
 from raychaos.results.store import Ev, read_timeline
 from raychaos.run.journal import JournalFindings, read_journal
@@ -205,7 +205,7 @@ def summarize(experiment: Experiment, run: Run, journal: dict[str, Any] | None, 
                        "journal_status": found.status},
         "windows": wins_json, "probes": run.probes, "slos": slos,
         "loads": load_report(records, wins), "checks": checks, "faults": faults,
-        "recovery": figures,
+        "recovery": figures, "fault_spans": fault_spans(records),
         "monitor": {"interval_s": run.settings.monitor.interval_s,
                     "samples": monitor.samples if monitor else 0,
                     "unanswered": monitor.unanswered if monitor else 0,

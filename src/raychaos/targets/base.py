@@ -22,7 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = ["FAULTS", "NodeInfo", "Observation", "Refusal", "RunLock", "Target"]
 
 #: The fault mechanics a target implements, by the Chaos Toolkit action that drives them.
-FAULTS = ("kill_head", "drain_gpu_nodes", "throttle_registry_pulls", "saturate_network")
+FAULTS = ("kill_head", "drain_gpu_nodes", "throttle_registry_pulls", "saturate_network",
+          "inject_rpc_failures", "slow_gcs", "blackout")
 
 Refusal = tuple[str, str]  # (argument, why this target cannot honour it)
 
@@ -166,6 +167,38 @@ class Target(Protocol):
         pulls — ``{"ts", "event", "node", ...}``, oldest first."""
         ...
 
+    def gcs_call_ms(self, timeout: float = 2.0) -> float | None:
+        """Round trip of one real GCS request (the node table) in ms; None without an answer."""
+        ...
+
+    def node_resources(self, timeout: float = 2.0) -> list[NodeInfo]:
+        """The ALIVE nodes with ``available`` filled in (what the raylets last reported);
+        ``available`` stays None where this target cannot see it."""
+        ...
+
+    def raylet_alive(self, node_ids: list[str]) -> dict[str, bool | None]:
+        """For GCS node IDs: is that node's raylet process still running (None: cannot tell)?
+        A node the GCS marks DEAD while this says True died falsely."""
+        ...
+
+    def node_env(self, nodes: list[str], names: list[str]) -> dict[str, dict[str, str]]:
+        """``{"<node>/<process>": {name: value}}``: environment variables ``names`` as the live
+        Ray processes of ``nodes`` really carry them (absent ones left out)."""
+        ...
+
+    def ray_log_counts(self, nodes: list[str], needles: list[str]) -> dict[str, dict[str, int]]:
+        """``{node: {needle: lines}}``: how many lines of the nodes' Ray logs contain each needle
+        so far (injected RPC failures, failed health checks); unreadable nodes left out."""
+        ...
+
+    def network_counters(self) -> dict[str, dict[str, int]]:
+        """``{node: {"in_bytes", "out_bytes"}}`` of each node's link so far (``{}``: not seen)."""
+        ...
+
+    def job_history(self, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Every job the GCS knows (``job_id``, ``submission_id``, ``dead``), finished ones too."""
+        ...
+
     # --- jobs --------------------------------------------------------------------------------
     def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
                    on_driver_node: bool = True, metadata: dict[str, str] | None = None) -> str:
@@ -212,8 +245,25 @@ class Target(Protocol):
 
     def saturate_network(self, *, nodes: list[str], bandwidth_bps: float, loss_pct: float,
                          latency_ms: float, flood: bool, partition: bool, flood_s: float,
+                         record: dict[str, Any], queue_ms: float = 100.0) -> dict[str, Any]:
+        """Degrade the network of ``nodes``; evidence: a transfer measured before and during.
+        ``queue_ms``: how long a packet may wait in the shaper (a deep queue: bufferbloat)."""
+        ...
+
+    def restart_with_env(self, *, nodes: list[str], env: dict[str, str], wait_s: float,
                          record: dict[str, Any]) -> dict[str, Any]:
-        """Degrade the network of ``nodes``; evidence: a transfer measured before and during."""
+        """Restart ``nodes`` with ``env`` added (Ray reads its fault flags at start), as a pod
+        restarts from a patched template; evidence: ``env_seen`` in the live processes. Undo
+        restarts them without it."""
+        ...
+
+    def cut_network(self, *, nodes: list[str], record: dict[str, Any]) -> dict[str, Any]:
+        """Drop all traffic of ``nodes`` (a blackout's down phase); their processes keep running.
+        Several calls may share one record; :meth:`restore_network` ends them all."""
+        ...
+
+    def restore_network(self, record: dict[str, Any]) -> dict[str, Any]:
+        """End every cut the record names; idempotent (also the record's undo)."""
         ...
 
     def undo(self, record: dict[str, Any]) -> dict[str, Any]:

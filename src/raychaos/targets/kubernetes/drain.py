@@ -41,11 +41,18 @@ from raychaos.targets.kubernetes.safety import (
     refuse_protected,
 )
 
-__all__ = ["drain_nodes", "select_nodes", "uncordon", "wait_replaced"]
+__all__ = ["drain_nodes", "label_selector", "select_nodes", "uncordon", "wait_replaced"]
 
 GONE_EXTRA_S = 30.0  # beyond the longest grace period, for the kubelet to finish a pod
 REPLACEMENT_WAIT_S = 240.0
 
+
+
+def label_selector(selector: dict[str, str] | str | None) -> str | None:
+    """A label selector string from an experiment's ``{key: value}`` (or a string as is)."""
+    if isinstance(selector, dict):
+        return ",".join(f"{k}={v}" for k, v in selector.items()) or None
+    return selector
 
 def _logical_gpus(pod: dict[str, Any]) -> bool:
     """A Ray container started with ``--num-gpus=N>0`` (logical GPUs, as on kind)."""

@@ -101,13 +101,14 @@ def measure_transfer(api: ApiSession, ns: str, src: dict[str, Any], dst: dict[st
 
 
 def _networkchaos(api: ApiSession, ns: str, name: str, labels: dict[str, str],
-                  victims: list[dict[str, Any]], rate: str) -> dict[str, Any]:
+                  victims: list[dict[str, Any]], rate: str, limit: int = 20971520
+                  ) -> dict[str, Any]:
     group, version, plural = CHAOS_MESH
     body = {"apiVersion": f"{group}/{version}", "kind": "NetworkChaos",
             "metadata": {"name": name, "namespace": ns, "labels": labels},
             "spec": {"action": "bandwidth", "mode": "all",
                      "selector": {"pods": {ns: [_name(p) for p in victims]}},
-                     "bandwidth": {"rate": rate, "limit": 20971520, "buffer": 10000}}}
+                     "bandwidth": {"rate": rate, "limit": limit, "buffer": 10000}}}
     api.write("POST", f"/apis/{group}/{version}/namespaces/{ns}/{plural}",
               api.custom.create_namespaced_custom_object, group, version, ns, plural,
               body=body)
@@ -130,7 +131,8 @@ def _networkchaos(api: ApiSession, ns: str, name: str, labels: dict[str, str],
 
 def saturate_network(api: ApiSession, ns: str, run_id: str, record: dict[str, Any], *,
                      victims: list[dict[str, Any]], peer: dict[str, Any], rate: str | None,
-                     flood: bool, flood_s: float, flood_bps: float) -> dict[str, Any]:
+                     flood: bool, flood_s: float, flood_bps: float, limit: int = 20971520
+                     ) -> dict[str, Any]:
     """Shape the victims' bandwidth (Chaos Mesh) and/or flood them from ``peer``; evidence: a
     transfer measured before and during — first victim → peer when shaped (the direction a
     bandwidth action limits), peer → first victim for a flood alone."""
@@ -141,7 +143,7 @@ def saturate_network(api: ApiSession, ns: str, run_id: str, record: dict[str, An
     record["undo"] = undo
     if api.gate.dry_run:
         if rate:
-            _networkchaos(api, ns, name, labels, victims, rate)
+            _networkchaos(api, ns, name, labels, victims, rate, limit)
         return {"victims": [_name(v) for v in victims], "dry_run": True}
     # a NetworkChaos bandwidth action shapes what the victims send (tbf on their interface's
     # egress): measure that direction; a flood alone competes for what the victim receives
@@ -153,7 +155,8 @@ def saturate_network(api: ApiSession, ns: str, run_id: str, record: dict[str, An
         undo["objects"].append({"api": "networkchaos", "namespace": ns, "name": name})
         checkpoint(record)
         evidence["networkchaos"] = {"name": f"{ns}/{name}",
-                                    **_networkchaos(api, ns, name, labels, victims, rate)}
+                                    **_networkchaos(api, ns, name, labels, victims, rate,
+                                                    limit)}
     if flood:
         undo["floods"] = [{"namespace": ns, "pod": _name(p), "container": _container(p)}
                           for p in [*victims, peer]]

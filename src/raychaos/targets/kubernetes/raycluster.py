@@ -25,9 +25,25 @@ from raychaos.targets.kubernetes.forward import LocalForward
 from raychaos.targets.kubernetes.informer import PodInformer
 from raychaos.targets.kubernetes.safety import gpu_count, is_daemonset_pod
 
-__all__ = ["RayClusterHandle", "is_running", "pod_ready"]
+__all__ = ["RayClusterHandle", "gcs_ft_of", "is_running", "pod_ready", "tc_rate"]
 
 DASHBOARD_PORT, SERVE_PORT = 8265, 8000
+
+
+def gcs_ft_of(raycluster: dict[str, Any]) -> dict[str, Any]:
+    """Whether a RayCluster configures GCS fault tolerance, and how."""
+    spec = raycluster.get("spec", {})
+    notes = raycluster.get("metadata", {}).get("annotations") or {}
+    if spec.get("gcsFaultToleranceOptions"):
+        return {"enabled": True, "via": "spec.gcsFaultToleranceOptions"}
+    if str(notes.get("ray.io/ft-enabled", "")).lower() == "true":
+        return {"enabled": True, "via": "annotation ray.io/ft-enabled"}
+    return {"enabled": False, "via": None}
+
+
+def tc_rate(bps: float) -> str:
+    """tc's rate syntax for bits per second (kbit below 1 Mbit)."""
+    return f"{max(1, round(bps / 1e6))}mbit" if bps >= 1e6 else f"{max(1, round(bps / 1e3))}kbit"
 
 
 def pod_ready(pod: dict[str, Any]) -> bool:

@@ -28,13 +28,14 @@ from raychaos.targets.base import NodeInfo, Observation, Refusal, RunLock
 from raychaos.targets.kubernetes import drain as k8s_drain
 from raychaos.targets.kubernetes import head as k8s_head
 from raychaos.targets.kubernetes import network as k8s_network
+from raychaos.targets.kubernetes import rayfaults
 from raychaos.targets.kubernetes import registry as k8s_registry
 from raychaos.targets.kubernetes import undo as k8s_undo
 from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.events import pod_changes, pull_events
 from raychaos.targets.kubernetes.incluster import use_service_dns
 from raychaos.targets.kubernetes.informer import Informer
-from raychaos.targets.kubernetes.raycluster import RayClusterHandle
+from raychaos.targets.kubernetes.raycluster import RayClusterHandle, gcs_ft_of, tc_rate
 from raychaos.targets.kubernetes.safety import (
     check_namespace,
     gpu_count,
@@ -43,17 +44,6 @@ from raychaos.targets.kubernetes.safety import (
 from raychaos.targets.kubernetes.workload import Workload
 
 __all__ = ["KubernetesTarget"]
-
-
-def _label_selector(selector: dict[str, str] | str | None) -> str | None:
-    if isinstance(selector, dict):
-        return ",".join(f"{k}={v}" for k, v in selector.items()) or None
-    return selector
-
-
-def _tc_rate(bps: float) -> str:
-    """tc's rate syntax for bits per second (kbit below 1 Mbit)."""
-    return f"{max(1, round(bps / 1e6))}mbit" if bps >= 1e6 else f"{max(1, round(bps / 1e3))}kbit"
 
 
 class KubernetesTarget:
@@ -159,6 +149,7 @@ class KubernetesTarget:
         elif fault == "throttle_registry_pulls":
             for name in args.get("restart_workers") or []:
                 handle.pod_named(name)
+        rayfaults.preflight(self, fault, args)
 
     def run_lock(self) -> RunLock:
         """One run at a time on this RayCluster: a coordination.k8s.io Lease next to it."""
@@ -178,13 +169,7 @@ class KubernetesTarget:
 
     def gcs_ft(self) -> dict[str, Any]:
         """Whether GCS fault tolerance is configured, and how."""
-        spec = self.raycluster.get("spec", {})
-        notes = self.raycluster.get("metadata", {}).get("annotations") or {}
-        if spec.get("gcsFaultToleranceOptions"):
-            return {"enabled": True, "via": "spec.gcsFaultToleranceOptions"}
-        if str(notes.get("ray.io/ft-enabled", "")).lower() == "true":
-            return {"enabled": True, "via": "annotation ray.io/ft-enabled"}
-        return {"enabled": False, "via": None}
+        return gcs_ft_of(self.raycluster)
 
     def describe(self) -> dict[str, Any]:
         api, handle = self._api(), self._handle()
@@ -281,6 +266,9 @@ class KubernetesTarget:
                                                   time.time())
         return sorted(fresh + changes, key=lambda e: e["ts"])
 
+    (gcs_call_ms, node_resources, raylet_alive, node_env, ray_log_counts, network_counters,
+     job_history, restart_with_env, cut_network, restore_network) = rayfaults.METHODS
+
     def dashboard_url(self) -> str:
         return self._handle().dashboard.url
 
@@ -340,7 +328,7 @@ class KubernetesTarget:
                              ) -> list[NodeInfo]:
         """The Kubernetes nodes a drain would cordon, as NodeInfo (changes nothing)."""
         nodes, _rule = k8s_drain.select_nodes(self._api(), self.ns, self.cluster,
-                                              _label_selector(selector), count)
+                                              k8s_drain.label_selector(selector), count)
         return [NodeInfo(node_id=n["metadata"]["uid"], name=n["metadata"]["name"],
                          address="", state="ALIVE", gpus=gpu_count(n),
                          labels=dict(n["metadata"].get("labels") or {})) for n in nodes]
@@ -352,7 +340,7 @@ class KubernetesTarget:
         Ray pods (``replace_delay_s`` is the operator's business on Kubernetes)."""
         ev = k8s_drain.drain_nodes(
             self._api(), self.ns, self.cluster, self.run_id, record,
-            selector=_label_selector(selector), count=count, deadline_s=deadline_s,
+            selector=k8s_drain.label_selector(selector), count=count, deadline_s=deadline_s,
             max_nodes=self.spec.max_nodes_at_once,
             allowed_namespaces=list(self.spec.allowed_namespaces))
         ev.setdefault("reason", reason)
@@ -368,7 +356,7 @@ class KubernetesTarget:
                          for c in p["spec"].get("containers", [])} - {""})
         restart = [handle.pod_named(n) for n in restart_workers or []]
         ev = k8s_registry.throttle_registry_pulls(
-            api, self.ns, self.run_id, record, rate=_tc_rate(rate_bps),
+            api, self.ns, self.run_id, record, rate=tc_rate(rate_bps),
             nodes=handle.pool_nodes(), hosts=k8s_registry.registry_hosts(images))
         ev["images"] = images
         if restart and not api.gate.dry_run:
@@ -378,15 +366,16 @@ class KubernetesTarget:
 
     def saturate_network(self, *, nodes: list[str], bandwidth_bps: float, loss_pct: float,
                          latency_ms: float, flood: bool, partition: bool, flood_s: float,
-                         record: dict[str, Any]) -> dict[str, Any]:
-        """Chaos Mesh bandwidth on the named Ray pods (``worker-1``, ``head`` or pod names)
-        and a paced flood into them from another Ray pod, for ``flood_s``."""
+                         record: dict[str, Any], queue_ms: float = 100.0) -> dict[str, Any]:
+        """Chaos Mesh bandwidth on the named Ray pods and a paced flood into them from another
+        Ray pod for ``flood_s``; ``queue_ms`` (not 100) sizes the shaper's ``limit``."""
         victims = [self._handle().pod_named(n) for n in nodes]
+        limit = 20971520 if queue_ms == 100.0 else max(3000, int(bandwidth_bps * queue_ms / 8e3))
         return k8s_network.saturate_network(
             self._api(), self.ns, self.run_id, record, victims=victims,
             peer=self._handle().peer_for(victims),
-            rate=_tc_rate(bandwidth_bps) if bandwidth_bps else None, flood=flood, flood_s=flood_s,
-            flood_bps=bandwidth_bps * 2 if bandwidth_bps else 200e6)
+            rate=tc_rate(bandwidth_bps) if bandwidth_bps else None, flood=flood, flood_s=flood_s,
+            flood_bps=bandwidth_bps * 2 if bandwidth_bps else 200e6, limit=limit)
 
     def planned_calls(self) -> list[dict[str, Any]]:
         """Mutating calls made — or, in dry-run, that would have been made — in order."""
@@ -395,6 +384,13 @@ class KubernetesTarget:
     # --- undo ----------------------------------------------------------------------------------
     def undo(self, record: dict[str, Any]) -> dict[str, Any]:
         """Revert one ledger record (dispatching on its undo ``kind`` or ``fault``); idempotent."""
+        kind = (record.get("undo") or {}).get("kind") or record.get("fault")
+        if kind in rayfaults.UNDO_KINDS:
+            try:
+                return rayfaults.undo(self._handle(), record)
+            except (KubeApiError, TargetUnavailable) as exc:
+                raise RollbackFailed(f"undo {kind}: {record.get('undo')} may still be applied: "
+                                     f"{exc}") from exc
         return k8s_undo.undo(self._api(), self.ns, record)
 
     def cleanup_run(self, run_id: str | None = None) -> dict[str, Any]:

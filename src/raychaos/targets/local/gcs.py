@@ -1,10 +1,11 @@
-"""The local target's administrative calls to the GCS: Ray's drain, and which nodes are draining.
+"""The local target's administrative calls to the GCS: Ray's drain, which nodes are draining,
+and the consistency probes' reads (each node's total and available resources, the job table).
 
 Sampling (is the GCS up, what is its node table, which raylets reported to it) goes through
 :class:`~raychaos.targets.local.gcs_probe.GcsProbe`, which never blocks past its deadline. The
 drain API is only in Ray's own ``GcsClient`` (what autoscaler v2 and ``ray drain-node`` use): it
-is called here, from faults, never from the monitor's sampling loop. Ray errors become raychaos
-errors (:mod:`.errors`).
+is called here, from faults and probes, never from the monitor's sampling loop. Ray errors
+become raychaos errors (:mod:`.errors`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,35 @@ class GcsAdmin:
             ok, why = self._gcs_client().drain_node(node_id, DrainNodeReason.Value(
                 REASONS[reason]), message, deadline_ms, timeout=timeout)
         return bool(ok), (str(why) if why else None)
+
+    def resources(self, timeout: float = 2.0) -> dict[str, dict[str, dict[str, float]]]:
+        """``{node_id: {"total": {...}, "available": {...}}}`` from the GCS's resource view
+        (what the raylets last reported); raises on no answer."""
+        reply = self._gcs_client().get_all_resource_usage(timeout=timeout)
+        batch = getattr(getattr(reply, "resource_usage_data", reply), "batch", [])
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for data in batch:
+            node_id = data.node_id.hex() if isinstance(data.node_id, bytes) else str(data.node_id)
+            out[node_id] = {"total": {k: float(v) for k, v in dict(data.resources_total).items()},
+                            "available": {k: float(v) for k, v in
+                                          dict(data.resources_available).items()}}
+        return out
+
+    def jobs(self, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Every job the GCS's job table lists: ID, submission ID, entrypoint, dead or not."""
+        infos = self._gcs_client().get_all_job_info(  # no fan-out to the drivers: the table only
+            skip_submission_job_info_field=True, skip_is_running_tasks_field=True,
+            timeout=timeout)
+        out = []
+        for job_id, info in infos.items():
+            api = getattr(info, "job_info", None)
+            metadata = dict(getattr(getattr(info, "config", None), "metadata", {}) or {})
+            out.append({"job_id": job_id.hex() if hasattr(job_id, "hex") else str(job_id),
+                        "submission_id": (getattr(api, "submission_id", "") if api else "")
+                        or metadata.get("job_submission_id") or None,
+                        "entrypoint": str(getattr(info, "entrypoint", "") or "")[:200],
+                        "dead": bool(getattr(info, "is_dead", False))})
+        return sorted(out, key=lambda j: j["job_id"])
 
     def close(self) -> None:
         self._client = None

@@ -1,6 +1,7 @@
 """How the embedded cluster is laid out: one plan per node (address, ports, resources, env).
 
-The head gets 0 CPUs (KubeRay's advice: no work on the head) and the GCS store's settings;
+The head gets 0 CPUs (KubeRay's advice: no work on the head), the GCS store's settings and the
+GCS's health-check knobs (``RAY_health_check_*``, when the target sets them);
 workers get the long GCS reconnect timeout KubeRay sets, the GPU label on GPU workers, and the
 ``raychaos_driver`` resource on CPU workers, so job drivers and the sentinel never sit on a node
 a fault is about to take away. In netns mode every node has its own address and the default
@@ -12,6 +13,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+from raychaos.config.rayflags import HEALTH_CHECK_ENV
 from raychaos.config.settings import LocalClusterSpec
 from raychaos.targets.local.network.pods import PodNetwork
 from raychaos.targets.local.nodes import NodePlan
@@ -44,6 +46,9 @@ def plan_nodes(spec: LocalClusterSpec, state_dir: Path, net: PodNetwork,
         elif head and spec.gcs_storage == "redis":
             env = {"RAY_REDIS_ADDRESS": spec.redis_address or "",
                    "RAY_external_storage_namespace": spec.name}
+        if head:  # the GCS checks every raylet's health: the target's knobs
+            env.update({var: str(getattr(spec, key)) for key, var in HEALTH_CHECK_ENV.items()
+                        if getattr(spec, key, None) is not None})
         if not head:
             env["RAY_gcs_rpc_server_reconnect_timeout_s"] = str(
                 int(spec.worker_reconnect_timeout_s))

@@ -8,6 +8,8 @@ nodes) against reality every 0.2 s:
   ``head_restart_delay_s`` (a pod restart), a worker after its ``replace_delay_s`` (a replacement
   pod, as an autoscaler would) — unless the node is marked ``desired: false`` (drained away);
 - before a node starts, its image is "pulled" when ``image`` is configured (see the registry fault);
+- a node starts with its entry's ``extra_env`` on top of its plan's (Ray's fault flags, see
+  :mod:`.nodeenv`);
 - workers start one at a time, after the head answers (parallel starts time out on 2 cores).
 
 It writes ``status.json`` (PIDs, incarnations, exits) after every change. On SIGTERM it kills
@@ -55,7 +57,7 @@ class Supervisor:
     def tick(self) -> None:
         cluster = self.desired()
         gcs = cluster["gcs_address"]
-        plans = [NodePlan(**n["plan"]) for n in cluster["nodes"]]
+        plans = [_plan(n) for n in cluster["nodes"]]
         wanted = {n["plan"]["name"]: n for n in cluster["nodes"]}
         changed = False
         for plan in plans:
@@ -170,6 +172,14 @@ class Supervisor:
         finally:
             self.shutdown()
         return 0
+
+
+def _plan(entry: dict[str, Any]) -> NodePlan:
+    """A node's plan with the ``extra_env`` a fault gave it (Ray's fault flags): the node runs
+    with it from its next start on, as a pod does from a patched template."""
+    plan = dict(entry["plan"])
+    plan["env"] = {**plan.get("env", {}), **(entry.get("extra_env") or {})}
+    return NodePlan(**plan)
 
 
 def _log_says_up(path: Path) -> bool:

@@ -18,21 +18,25 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from raychaos.config.rayflags import HEALTH_CHECK_ENV, RAY_VERSION
 from raychaos.config.settings import LocalClusterSpec
-from raychaos.errors import NothingMatched, RollbackFailed, TargetUnavailable
+from raychaos.errors import ConfigError, NothingMatched, RollbackFailed, TargetUnavailable
 from raychaos.results.redact import redact_text
 from raychaos.targets.base import NodeInfo, Observation, Refusal, RunLock
-from raychaos.targets.local import drain, head, lifecycle
+from raychaos.targets.local import drain, head, lifecycle, nodeenv
 from raychaos.targets.local.cluster import LocalCluster, default_state_root
 from raychaos.targets.local.errors import ray_errors
 from raychaos.targets.local.jobs import LocalJobs
+from raychaos.targets.local.network import blackout as netcut
 from raychaos.targets.local.network import faults as netfaults
 from raychaos.targets.local.network.pods import PodNetwork, netns_supported
+from raychaos.targets.local.raylogs import LogCounter
 from raychaos.targets.local.registry import fault as registry
 
 __all__ = ["LocalTarget", "default_state_root"]
 
-NETNS_FAULTS = ("throttle_registry_pulls", "saturate_network")
+NETNS_FAULTS = ("throttle_registry_pulls", "saturate_network", "blackout")
+NODE_FAULTS = ("saturate_network", "blackout", "inject_rpc_failures")  # take ``nodes``
 
 
 class LocalTarget:
@@ -48,6 +52,7 @@ class LocalTarget:
         self.jobs = LocalJobs(self.cluster)
         self.progress = progress or (lambda _msg: None)
         self.run_id = ""
+        self.logs = LogCounter(self.cluster)
 
     # --- lifecycle ---------------------------------------------------------------------------
     @property
@@ -98,6 +103,13 @@ class LocalTarget:
         if not self.gcs_alive(2.0):
             raise TargetUnavailable(f"local cluster '{self.spec.name}': the GCS at "
                                     f"{self.cluster.gcs_address} does not answer")
+        running = (self.cluster.desired() or {}).get("spec") or {}
+        for key in HEALTH_CHECK_ENV:  # knobs of the GCS: a running cluster cannot change them
+            if key in running and running.get(key) != getattr(self.spec, key, None):
+                raise ConfigError(f"target.local.{key}: the running local cluster "
+                                  f"'{self.spec.name}' has {running.get(key)!r}, the experiment "
+                                  f"asks for {getattr(self.spec, key)!r}; take it down "
+                                  f"(`raychaos local down`) or ask for the same")
 
     def close(self) -> None:
         self.cluster.close()
@@ -137,13 +149,20 @@ class LocalTarget:
     def preflight(self, fault: str, args: Mapping[str, Any]) -> None:
         if fault == "drain_gpu_nodes":
             self.select_drain_victims(int(args.get("count", 1)), args.get("selector"))
-        elif fault == "saturate_network":
-            pods = self.cluster.pods()
+        if fault in ("inject_rpc_failures", "slow_gcs"):
+            from importlib.metadata import version
+
+            if version("ray") != RAY_VERSION:  # the nodes run the Ray installed here
+                raise ConfigError(f"{fault}: local cluster '{self.spec.name}' runs Ray "
+                                  f"{version('ray')}, and raychaos knows the fault flags of "
+                                  f"Ray {RAY_VERSION} only (a malformed flag kills the process)")
+        if fault in NODE_FAULTS:
+            known = [p.name for p in self.cluster.plans()]
             nodes = list(args.get("nodes") or ["worker-1"])
-            unknown = [n for n in nodes if n not in pods]
+            unknown = [n for n in nodes if n not in known]
             if unknown:
-                raise NothingMatched(f"saturate_network: no node named {unknown[0]!r} in local "
-                                     f"cluster '{self.spec.name}' (nodes: {sorted(pods)})")
+                raise NothingMatched(f"{fault}: no node named {unknown[0]!r} in local "
+                                     f"cluster '{self.spec.name}' (nodes: {sorted(known)})")
 
     # --- observation -------------------------------------------------------------------------
     def gcs_alive(self, timeout: float = 0.5) -> bool:
@@ -173,6 +192,38 @@ class LocalTarget:
 
     def cluster_events(self, since: float) -> list[dict[str, Any]]:
         return self.cluster.events(since)
+
+    def gcs_call_ms(self, timeout: float = 2.0) -> float | None:
+        try:
+            answer = self.cluster.gcs().ask(deadline_s=timeout)
+        except TargetUnavailable:
+            return None
+        return round(answer.latency_s * 1000, 2) if answer.up else None
+
+    def node_resources(self, timeout: float = 2.0) -> list[NodeInfo]:
+        from dataclasses import replace
+
+        with ray_errors(f"GCS of local cluster '{self.spec.name}'"):
+            usage = self.cluster.admin().resources(timeout)
+        return [replace(n, available=usage.get(n.node_id, {}).get("available"),
+                        resources=usage.get(n.node_id, {}).get("total", n.resources))
+                for n in self.nodes(timeout) if n.state == "ALIVE"]
+
+    def raylet_alive(self, node_ids: list[str]) -> dict[str, bool | None]:
+        return dict(nodeenv.raylet_alive(self.cluster, node_ids))
+
+    def node_env(self, nodes: list[str], names: list[str]) -> dict[str, dict[str, str]]:
+        return nodeenv.node_env(self.cluster, nodes, names)
+
+    def ray_log_counts(self, nodes: list[str], needles: list[str]) -> dict[str, dict[str, int]]:
+        return self.logs.counts(nodes, needles)
+
+    def network_counters(self) -> dict[str, dict[str, int]]:
+        return netcut.network_counters(self.cluster)
+
+    def job_history(self, timeout: float = 5.0) -> list[dict[str, Any]]:
+        with ray_errors(f"GCS of local cluster '{self.spec.name}'"):
+            return self.cluster.admin().jobs(timeout)
 
     # --- jobs --------------------------------------------------------------------------------
     def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
@@ -217,10 +268,22 @@ class LocalTarget:
 
     def saturate_network(self, *, nodes: list[str], bandwidth_bps: float, loss_pct: float,
                          latency_ms: float, flood: bool, partition: bool, flood_s: float,
-                         record: dict[str, Any]) -> dict[str, Any]:
+                         record: dict[str, Any], queue_ms: float = 100.0) -> dict[str, Any]:
         return netfaults.saturate_network(
             self.cluster, nodes=nodes, bandwidth_bps=bandwidth_bps, loss_pct=loss_pct,
-            flood=flood, partition=partition, flood_s=flood_s, record=record)
+            flood=flood, partition=partition, flood_s=flood_s, record=record,
+            queue_ms=queue_ms)
+
+    def restart_with_env(self, *, nodes: list[str], env: dict[str, str], wait_s: float,
+                         record: dict[str, Any]) -> dict[str, Any]:
+        return nodeenv.restart_with_env(self.cluster, nodes=nodes, env=env, wait_s=wait_s,
+                                        record=record)
+
+    def cut_network(self, *, nodes: list[str], record: dict[str, Any]) -> dict[str, Any]:
+        return netcut.cut_network(self.cluster, nodes=nodes, record=record)
+
+    def restore_network(self, record: dict[str, Any]) -> dict[str, Any]:
+        return netcut.restore_network(self.cluster, record)
 
     def measure_transfer(self, src: str, dst: str, seconds: float = 1.5) -> dict[str, Any]:
         return netfaults.measure_transfer(self.cluster, src, dst, seconds)
@@ -241,4 +304,8 @@ class LocalTarget:
             return registry.undo_registry_throttle(self.cluster, undo)
         if kind == "netfault":
             return netfaults.undo_netfault(self.cluster, undo)
+        if kind == "blackout":
+            return netcut.restore_network(self.cluster, record)
+        if kind == "node_env":
+            return nodeenv.undo_node_env(self.cluster, undo)
         raise RollbackFailed(f"local target cannot undo {kind!r} (record {record.get('id')})")

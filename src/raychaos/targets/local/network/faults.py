@@ -22,6 +22,7 @@ from typing import Any
 from raychaos.errors import ConfigError, FaultFailed, NothingMatched, RollbackFailed
 from raychaos.results.store import checkpoint
 from raychaos.targets.local.cluster import LocalCluster
+from raychaos.targets.local.network.blackout import BLACKOUT_TABLE
 from raychaos.targets.local.network.shaping import (
     NFT_TABLE,
     add_tbf,
@@ -62,7 +63,7 @@ def measure_transfer(cluster: LocalCluster, src: str, dst: str, seconds: float =
 # --- the fault -------------------------------------------------------------------------
 def saturate_network(cluster: LocalCluster, *, nodes: list[str], bandwidth_bps: float,
                      loss_pct: float, flood: bool, partition: bool, flood_s: float,
-                     record: dict[str, Any]) -> dict[str, Any]:
+                     record: dict[str, Any], queue_ms: float = 100.0) -> dict[str, Any]:
     pods = cluster.pods()
     if not nodes:
         raise NothingMatched("saturate_network: nodes is empty; name at least one node")
@@ -90,7 +91,8 @@ def saturate_network(cluster: LocalCluster, *, nodes: list[str], bandwidth_bps: 
             for dev, ns in links:
                 undo["qdiscs"].append({"dev": dev, "netns": ns})
                 checkpoint(record)  # on disk before the qdisc exists
-                applied["qdiscs"][f"{ns or 'host'}/{dev}"] = add_tbf(dev, bandwidth_bps, ns)
+                applied["qdiscs"][f"{ns or 'host'}/{dev}"] = add_tbf(dev, bandwidth_bps, ns,
+                                                                     queue_ms)
         rules = []
         if partition:
             rules = [f'iifname "{links[1][0]}" drop', f'oifname "{links[1][0]}" drop']
@@ -122,6 +124,7 @@ def saturate_network(cluster: LocalCluster, *, nodes: list[str], bandwidth_bps: 
         raise FaultFailed(f"saturate_network: no measurable effect on {probe_dst}: "
                           f"{before['mbit_s']} Mbit/s before, {during['mbit_s']} during")
     return {"nodes": list(nodes), "peer": peer, "limit_bps": limit, "loss_pct": loss_pct,
+            "queue_ms": queue_ms,
             "partition": partition, "flood": bool(flood and not partition),
             "before": before, "during": during, "applied": applied,
             "flood_pids": list(undo["pids"]), "landed": True}
@@ -145,15 +148,17 @@ def undo_netfault(cluster: LocalCluster, undo: dict[str, Any]) -> dict[str, Any]
             "nft": len(undo.get("nft", [])), "pids": undo.get("pids", [])}
 
 def netfault_leftovers(cluster: LocalCluster) -> dict[str, Any]:
-    """Every tbf/htb and nft table of ours on this cluster's links (empty when clean)."""
+    """Every tbf/htb and nft table of ours (saturation, blackout) on this cluster's links (empty
+    when clean)."""
     out: dict[str, Any] = {"qdiscs": [], "nft": []}
     for name, plan in cluster.pods().items():
         for dev, ns in ((cluster.net.host_link(plan["index"]), None),
                         (cluster.net.node_link(plan["index"]), plan["netns"])):
             if root_qdisc(dev, ns) in ("tbf", "htb", "netem"):
                 out["qdiscs"].append(f"{ns or 'host'}/{dev}")
-        if NFT_TABLE in nft_tables(plan["netns"]):
-            out["nft"].append(name)
+        tables = nft_tables(plan["netns"])
+        out["nft"] += [name if t == NFT_TABLE else f"{name}/{t}"
+                       for t in (NFT_TABLE, BLACKOUT_TABLE) if t in tables]
     if root_qdisc(cluster.net.bridge) in ("tbf", "htb"):
         out["qdiscs"].append(cluster.net.bridge)
     return out

@@ -67,12 +67,15 @@ def _claim_root(dev: str, netns: str | None) -> None:
                           "qdisc: another fault owns it; undo that one first")
 
 
-def add_tbf(dev: str, rate_bps: float, netns: str | None = None) -> str:
-    """Token bucket on ``dev``'s egress at ``rate_bps`` bits/s; returns ``tc qdisc show``."""
+def add_tbf(dev: str, rate_bps: float, netns: str | None = None, queue_ms: float = 100.0
+            ) -> str:
+    """Token bucket on ``dev``'s egress at ``rate_bps`` bits/s, packets queued at most
+    ``queue_ms`` (tbf's latency: a deep queue is bufferbloat); returns ``tc qdisc show``."""
     _claim_root(dev, netns)
     burst = max(16 * 1024, int(rate_bps / 8 / 100))  # ~10 ms of traffic, at least 16 KiB
     sh("tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "tbf", "rate",
-       f"{int(rate_bps)}bit", "burst", str(burst), "latency", "100ms", netns=netns)
+       f"{int(rate_bps)}bit", "burst", str(burst), "latency", f"{max(1, int(queue_ms))}ms",
+       netns=netns)
     return sh("tc", "qdisc", "show", "dev", dev, "root", netns=netns).stdout.strip()
 
 
@@ -106,20 +109,20 @@ def del_root_qdisc(dev: str, netns: str | None = None, kinds: tuple[str, ...] = 
     return root_qdisc(dev, netns) not in kinds
 
 
-def nft_table_add(netns: str, rules: list[str]) -> str:
-    """Create table inet raychaos in ``netns`` with input/output chains holding ``rules``
+def nft_table_add(netns: str, rules: list[str], table: str = NFT_TABLE) -> str:
+    """Create table inet ``table`` in ``netns`` with input/output chains holding ``rules``
     (each rule applied to both chains); returns the listed table."""
-    if NFT_TABLE in nft_tables(netns):
-        raise FaultFailed(f"netns {netns} already has an nft table '{NFT_TABLE}': another fault "
+    if table in nft_tables(netns):
+        raise FaultFailed(f"netns {netns} already has an nft table '{table}': another fault "
                           "owns it; undo that one first")
-    body = [f"table inet {NFT_TABLE} {{"]
+    body = [f"table inet {table} {{"]
     for chain, hook in (("input", "input"), ("output", "output")):
         body.append(f"  chain {chain} {{ type filter hook {hook} priority -10; policy accept;")
         body += [f"    {rule}" for rule in rules]
         body.append("  }")
     body.append("}")
     sh("nft", "-f", "-", netns=netns, stdin="\n".join(body) + "\n")
-    return sh("nft", "list", "table", "inet", NFT_TABLE, netns=netns).stdout.strip()
+    return sh("nft", "list", "table", "inet", table, netns=netns).stdout.strip()
 
 
 def nft_tables(netns: str) -> list[str]:
@@ -127,12 +130,12 @@ def nft_tables(netns: str) -> list[str]:
     return [line.split()[-1] for line in proc.stdout.splitlines() if line.startswith("table")]
 
 
-def nft_table_del(netns: str) -> bool:
+def nft_table_del(netns: str, table: str = NFT_TABLE) -> bool:
     """Remove our table from ``netns``; True when it is gone (or the namespace is)."""
-    if not _netns_exists(netns) or NFT_TABLE not in nft_tables(netns):
+    if not _netns_exists(netns) or table not in nft_tables(netns):
         return True
-    sh("nft", "delete", "table", "inet", NFT_TABLE, netns=netns, check=False)
-    return NFT_TABLE not in nft_tables(netns)
+    sh("nft", "delete", "table", "inet", table, netns=netns, check=False)
+    return table not in nft_tables(netns)
 
 
 def _netns_exists(netns: str | None) -> bool:

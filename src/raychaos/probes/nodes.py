@@ -1,0 +1,57 @@
+"""False node deaths: nodes the GCS marked DEAD while their raylet process was alive.
+
+Users hit this in shuffles (ray#25231, ray#16945, ray#54035): a saturated or partitioned link
+makes the GCS's health checks time out, the GCS declares the node dead, and a node whose raylet
+was running fine loses every task and object on it (the raylet then exits by itself: "this node
+manager has mistakenly been marked as dead"). The monitor checks, at the moment it sees a node ID
+turn DEAD, whether that node's raylet process still runs (``node_dead`` events,
+:mod:`raychaos.observe.signals`); this probe counts the ones that did. The SLO
+``false_node_deaths == 0`` makes a blackout or a saturated shuffle fail the run when the GCS's
+health-check settings (``target.local.health_check_*``) are too eager.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from raychaos.config.arguments import Range
+from raychaos.context import current
+from raychaos.results.store import Ev, read_timeline
+
+__all__ = ["MARKED_DEAD_LINE", "false_node_deaths"]
+
+#: what a raylet logs when it finds out the GCS marked it dead (raylet/node_manager.cc)
+MARKED_DEAD_LINE = "mistakenly been marked as dead by the GCS"
+
+
+def false_node_deaths(settle_s: Annotated[float, Range(0, 600)] = 2.0) -> dict[str, Any]:
+    """Count nodes the GCS marked DEAD while their raylet was alive, so far in this run.
+
+    :param settle_s: seconds to wait first, so the monitor sees a death that just happened.
+    :returns: evidence: every death seen (node, ID, raylet alive or not), the false ones, and
+        the raylets that logged they were wrongly marked dead.
+    """
+    run = current()
+    run.wait(settle_s)
+    deaths = [{"t": round(float(r["t"]), 3), "node": r.get("name"),
+               **{k: (r.get("detail") or {}).get(k) for k in ("node_id", "raylet_alive")}}
+              for r in read_timeline(run.timeline.path)
+              if r.get("kind") == "event" and r.get("event") == Ev.NODE_DEAD]
+    false = [d for d in deaths if d["raylet_alive"] is True]
+    unknown = [d for d in deaths if d["raylet_alive"] is None]
+    nodes = sorted({str(d["node"]) for d in deaths} | {"head"})
+    knew: dict[str, Any]
+    try:
+        knew = {n: c.get(MARKED_DEAD_LINE, 0)
+                for n, c in run.target.ray_log_counts(nodes, [MARKED_DEAD_LINE]).items()}
+    except Exception as exc:  # noqa: BLE001 - corroboration only
+        knew = {"error": str(exc)[:200]}
+    evidence: dict[str, Any] = {
+        "false_deaths": len(false), "deaths": len(deaths), "false": false,
+        "raylet_not_alive": [d for d in deaths if d["raylet_alive"] is False],
+        "raylets_that_logged_it": {n: c for n, c in knew.items() if c}}
+    if unknown:
+        evidence["unobserved"] = [f"{d['node']} ({str(d['node_id'])[:12]})" for d in unknown]
+    verdict = "fail" if false else "unknown" if unknown else "pass"
+    run.record_probe("false_node_deaths", verdict, evidence)
+    return evidence

@@ -1,0 +1,386 @@
+"""Ray's fault flags and network blackouts on a KubeRay cluster.
+
+Why these mechanics:
+
+- **Fault flags** (``RAY_testing_rpc_failure``, ``RAY_testing_asio_delay_us``) are read by Ray at
+  process start, and a running pod's env cannot change. So the variable goes into the container
+  env of the pod's *group template* in the RayCluster (a merge patch guarded by the object's
+  ``resourceVersion``; lists are replaced whole, so the full group list is sent), with a
+  ``raychaos.io/fault-env`` template label, and the chosen pods are deleted: KubeRay recreates
+  them from the patched template — the pods restart with the variable. Other pods of the group
+  get it too if they are recreated before the undo (said in the evidence). The undo puts the
+  template's env back and deletes every pod that still carries the variable.
+- **Blackouts**: a Chaos Mesh ``NetworkChaos`` partition of the pods (no ``target``: all
+  their traffic, as the local blackout drops) when its CRD is installed, otherwise a privileged
+  ``hostNetwork`` DaemonSet on the pods' nodes that drops their traffic with iptables (FORWARD)
+  until it is deleted. Restoring deletes what the cut created (404: already gone).
+
+Pods are named as everywhere on this target (a pod name, ``head``, ``worker-N``) and read from
+the handle's informer (no list request per question). Every mutating call goes through the
+dry-run gate (``api.write``): ``--dry-run`` prints the patch and the deletes, and notes that the
+pods would restart. Every object created carries ``raychaos.io/run-id``.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kubernetes import client
+
+from raychaos.config.rayflags import RAY_VERSION
+from raychaos.errors import (
+    ConfigError,
+    FaultFailed,
+    KubeApiError,
+    NothingMatched,
+    TargetUnavailable,
+)
+from raychaos.results.store import checkpoint
+from raychaos.targets.base import NodeInfo
+from raychaos.targets.kubernetes.client import ApiSession
+from raychaos.targets.kubernetes.network import CHAOS_MESH, chaos_mesh_installed, delete_created
+from raychaos.targets.kubernetes.raycluster import RayClusterHandle, pod_ready
+from raychaos.targets.kubernetes.registry import TOOL_IMAGE, _node_affinity
+from raychaos.targets.kubernetes.safety import refuse_protected, run_labels
+from raychaos.targets.kubernetes.streams import exec_in
+
+if TYPE_CHECKING:
+    from raychaos.targets.kubernetes.target import KubernetesTarget
+
+__all__ = ["FAULT_ENV_LABEL", "METHODS", "UNDO_KINDS", "check_ray_version", "preflight",
+           "undo"]
+
+UNDO_KINDS = ("node_env", "blackout")
+
+FAULT_ENV_LABEL = "raychaos.io/fault-env"
+RC = ("ray.io", "v1", "rayclusters")
+RESTART_NOTE = ("the pods restart: deleted, and recreated by KubeRay from the patched group "
+                "template; other pods of the same groups carry the variable too if they are "
+                "recreated before the undo")
+
+BLACKOUT_SCRIPT = """set -eu
+rules() { for ip in $POD_IPS; do iptables -$1 FORWARD -s "$ip" -j DROP; \\
+  iptables -$1 FORWARD -d "$ip" -j DROP; done; }
+trap 'rules D 2>/dev/null || true; exit 0' TERM INT
+rules I; echo "dropping $POD_IPS"; sleep infinity & wait
+"""
+
+
+def check_ray_version(raycluster: dict[str, Any], fault: str) -> None:
+    """The fault flags' formats are pinned to Ray 2.60.0: refuse a RayCluster on another."""
+    version = str(raycluster.get("spec", {}).get("rayVersion") or "")
+    if version and version != RAY_VERSION:
+        raise ConfigError(f"{fault}: RayCluster {raycluster['metadata']['name']} runs Ray "
+                          f"{version}, and raychaos knows the fault flags of Ray {RAY_VERSION} "
+                          "only (a malformed flag kills the process)")
+
+
+def _pods(handle: RayClusterHandle, names: list[str], action: str) -> list[dict[str, Any]]:
+    """The Ray pods named (a pod name, ``head`` or ``worker-N``); protected ones refused."""
+    chosen = [handle.pod_named(n) | {"kind": "Pod"} for n in names]
+    refuse_protected(chosen, action)
+    return chosen
+
+
+def _group(pod: dict[str, Any]) -> str:
+    labels = pod["metadata"].get("labels") or {}
+    return "head" if labels.get("ray.io/node-type") == "head" else str(labels.get("ray.io/group"))
+
+
+def _template(spec: dict[str, Any], group: str) -> dict[str, Any]:
+    if group == "head":
+        template: dict[str, Any] = spec["headGroupSpec"].setdefault("template", {})
+        return template
+    for worker in spec.get("workerGroupSpecs") or []:
+        if worker.get("groupName") == group:
+            found: dict[str, Any] = worker.setdefault("template", {})
+            return found
+    raise NothingMatched(f"the RayCluster has no worker group {group!r}")
+
+
+def _patch_groups(api: ApiSession, ns: str, rc: dict[str, Any], groups: dict[str, Any],
+                  edit: Any) -> dict[str, Any]:
+    """Apply ``edit(template, group)`` to each group's template; one merge patch guarded by the
+    object's ``resourceVersion``, re-read and sent again on a 409 (KubeRay writes the status
+    all the time, and every status write bumps the version)."""
+    name = rc["metadata"]["name"]
+    for attempt in range(8):
+        spec = copy.deepcopy(rc.get("spec", {}))
+        for group in groups:
+            edit(_template(spec, group), group)
+        body: dict[str, Any] = {"metadata": {
+            "resourceVersion": rc["metadata"].get("resourceVersion")}, "spec": {}}
+        if "head" in groups:
+            body["spec"]["headGroupSpec"] = spec["headGroupSpec"]
+        if any(g != "head" for g in groups):
+            body["spec"]["workerGroupSpecs"] = spec["workerGroupSpecs"]
+        try:
+            api.write("PATCH", f"/apis/ray.io/v1/namespaces/{ns}/rayclusters/{name}",
+                      api.custom.patch_namespaced_custom_object, *RC[:2], ns, RC[2], name,
+                      body=body)
+            return body
+        except KubeApiError as exc:
+            if exc.status != 409 or attempt == 7:
+                raise
+        time.sleep(0.1 * (attempt + 1))
+        rc = api.read(api.custom.get_namespaced_custom_object, *RC[:2], ns, RC[2], name)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _env_of(container: dict[str, Any], names: list[str]) -> dict[str, str]:
+    return {e["name"]: str(e.get("value", "")) for e in container.get("env") or []
+            if e.get("name") in names}
+
+
+def _node_env(handle: RayClusterHandle, nodes: list[str], names: list[str]
+              ) -> dict[str, dict[str, str]]:
+    """The variables as each pod's Ray container carries them (a pod's env is its spec's)."""
+    wanted = {handle.pod_named(n)["metadata"]["name"] if n == "head" or n.startswith("worker-")
+              else n for n in nodes}
+    out = {}
+    for pod in handle.pods():
+        if pod["metadata"]["name"] in wanted:
+            container = (pod["spec"].get("containers") or [{}])[0]
+            out[f"{pod['metadata']['name']}/{container.get('name')}"] = _env_of(container, names)
+    return out
+
+
+def _carriers(handle: RayClusterHandle, names: list[str]) -> list[dict[str, Any]]:
+    return [p for p in handle.pods() if "deletionTimestamp" not in p["metadata"]
+            and _env_of((p["spec"].get("containers") or [{}])[0], names)]
+
+
+def _delete_pod(api: ApiSession, ns: str, name: str) -> None:
+    api.delete_quietly(f"/api/v1/namespaces/{ns}/pods/{name}", api.core.delete_namespaced_pod,
+                       name, ns, body=client.V1DeleteOptions(grace_period_seconds=0))
+
+
+def _restart_with_env(handle: RayClusterHandle, run_id: str, record: dict[str, Any], *,
+                      nodes: list[str], env: dict[str, str], wait_s: float) -> dict[str, Any]:
+    """Patch the groups' templates with ``env``, delete ``nodes`` (pods), wait for their
+    replacements to be Ready with it; see the module docstring."""
+    api, ns, cluster = handle.api, handle.ns, handle.name
+    pods = _pods(handle, nodes, "restart_with_env")
+    rc = api.read(api.custom.get_namespaced_custom_object, *RC[:2], ns, RC[2], cluster)
+    check_ray_version(rc, "restart_with_env")
+    groups: dict[str, list[dict[str, Any]]] = {_group(p): [] for p in pods}
+    for group in groups:
+        template = _template(copy.deepcopy(rc["spec"]), group)
+        container = (template.get("spec", {}).get("containers") or [{}])[0]
+        groups[group] = copy.deepcopy(container.get("env") or [])
+    record["undo"] = {"kind": "node_env", "namespace": ns, "cluster": cluster,
+                      "vars": sorted(env), "original_env": groups, "pods": list(nodes)}
+    checkpoint(record)  # on disk before the template changes
+
+    def add(template: dict[str, Any], _group: str) -> None:
+        template.setdefault("metadata", {}).setdefault("labels", {})[FAULT_ENV_LABEL] = run_id
+        container = template.setdefault("spec", {}).setdefault("containers", [{}])[0]
+        kept = [e for e in container.get("env") or [] if e.get("name") not in env]
+        container["env"] = kept + [{"name": k, "value": v} for k, v in sorted(env.items())]
+
+    _patch_groups(api, ns, rc, groups, add)
+    for pod in pods:
+        _delete_pod(api, ns, pod["metadata"]["name"])
+    evidence: dict[str, Any] = {"nodes": [p["metadata"]["name"] for p in pods],
+                                "groups": sorted(groups),
+                                "variables": dict(env), "note": RESTART_NOTE,
+                                "dry_run": api.gate.dry_run, "landed": True}
+    if api.gate.dry_run:
+        return evidence
+    old = {p["metadata"]["uid"] for p in pods}
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        fresh = [p for p in _carriers(handle, sorted(env))
+                 if p["metadata"]["uid"] not in old and pod_ready(p)]
+        if len(fresh) >= len(pods):
+            evidence["new_pods"] = [p["metadata"]["name"] for p in fresh]
+            evidence["env_seen"] = _node_env(handle, evidence["new_pods"], sorted(env))
+            return evidence
+        time.sleep(1.0)
+    raise FaultFailed(f"restart_with_env: no Ready replacement with {sorted(env)} for {nodes} "
+                      f"within {wait_s:g} s")
+
+
+def _undo_restart_with_env(handle: RayClusterHandle, undo: dict[str, Any]) -> dict[str, Any]:
+    """Put the templates' env back, delete every pod that still carries the variables."""
+    api = handle.api
+    ns, cluster, names = undo["namespace"], undo["cluster"], list(undo["vars"])
+    rc = api.read(api.custom.get_namespaced_custom_object, *RC[:2], ns, RC[2], cluster)
+    original: dict[str, list[dict[str, Any]]] = undo.get("original_env") or {}
+
+    def put_back(template: dict[str, Any], group: str) -> None:
+        (template.get("metadata", {}).get("labels") or {}).pop(FAULT_ENV_LABEL, None)
+        container = template.setdefault("spec", {}).setdefault("containers", [{}])[0]
+        kept = [e for e in container.get("env") or [] if e.get("name") not in names]
+        container["env"] = kept + [e for e in original.get(group, []) if e.get("name") in names]
+
+    if original:
+        _patch_groups(api, ns, rc, original, put_back)
+    carriers = [p["metadata"]["name"] for p in _carriers(handle, names)]
+    for name in carriers:
+        _delete_pod(api, ns, name)
+    return {"undone": True, "templates_restored": sorted(original), "pods_deleted": carriers,
+            "dry_run": api.gate.dry_run}
+
+
+def _cut_network(handle: RayClusterHandle, run_id: str, record: dict[str, Any], *,
+                 nodes: list[str]) -> dict[str, Any]:
+    """Cut all traffic of ``nodes`` (pods): a NetworkChaos partition, else a DaemonSet."""
+    api, ns = handle.api, handle.ns
+    pods = _pods(handle, nodes, "blackout")
+    names = [p["metadata"]["name"] for p in pods]
+    undo = record.get("undo") or {"kind": "blackout", "objects": []}
+    n = len(undo["objects"]) + 1
+    name = f"raychaos-blackout-{run_id}-{n}"[:63]
+    labels = run_labels(run_id, **{"raychaos.io/fault": "blackout"})
+    cut_at = time.time()
+    if chaos_mesh_installed(api):
+        group, version, plural = CHAOS_MESH
+        body = {"apiVersion": f"{group}/{version}", "kind": "NetworkChaos",
+                "metadata": {"name": name, "namespace": ns, "labels": labels},
+                "spec": {"action": "partition", "mode": "all", "direction": "both",
+                         "selector": {"pods": {ns: names}}}}
+        undo["objects"].append({"api": "networkchaos", "namespace": ns, "name": name})
+        record["undo"] = undo
+        checkpoint(record)  # on disk before the object exists
+        api.write("POST", f"/apis/{group}/{version}/namespaces/{ns}/{plural}",
+                  api.custom.create_namespaced_custom_object, group, version, ns, plural,
+                  body=body)
+        via = "chaos-mesh partition"
+    else:
+        ips = [p.get("status", {}).get("podIP") for p in pods]
+        hosts = sorted({p["spec"].get("nodeName") for p in pods if p["spec"].get("nodeName")})
+        body = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+                "metadata": {"name": name, "namespace": ns, "labels": labels},
+                "spec": {"selector": {"matchLabels": {"raychaos.io/run-id": run_id,
+                                                      "raychaos.io/fault": "blackout"}},
+                         "template": {"metadata": {"labels": labels}, "spec": {
+                             "hostNetwork": True, "affinity": _node_affinity(hosts),
+                             "tolerations": [{"operator": "Exists"}],
+                             "terminationGracePeriodSeconds": 10,
+                             "containers": [{"name": "drop", "image": TOOL_IMAGE,
+                                             "command": ["sh", "-c", BLACKOUT_SCRIPT],
+                                             "env": [{"name": "POD_IPS",
+                                                      "value": " ".join(i for i in ips if i)}],
+                                             "securityContext": {"privileged": True}}]}}}}
+        undo["objects"].append({"api": "daemonset", "namespace": ns, "name": name})
+        record["undo"] = undo
+        checkpoint(record)  # on disk before the object exists
+        api.write("POST", f"/apis/apps/v1/namespaces/{ns}/daemonsets",
+                  api.apps.create_namespaced_daemon_set, ns, body=body)
+        via = "iptables daemonset"
+    return {"nodes": list(nodes), "pods": names, "via": via, "object": f"{ns}/{name}",
+            "cut_at": cut_at, "dry_run": api.gate.dry_run, "landed": True}
+
+
+def _restore_network(api: ApiSession, record: dict[str, Any]) -> dict[str, Any]:
+    """Delete every object the cuts of this record created; idempotent."""
+    undo = record.get("undo") or {}
+    return {"undone": True, "deleted": delete_created(api, undo), "restored_at": time.time(),
+            "dry_run": api.gate.dry_run}
+
+
+def undo(handle: RayClusterHandle, record: dict[str, Any]) -> dict[str, Any]:
+    """The undo of a ``node_env`` or ``blackout`` record."""
+    if (record.get("undo") or {}).get("kind") == "blackout":
+        return _restore_network(handle.api, record)
+    return _undo_restart_with_env(handle, record["undo"])
+
+
+def preflight(self: KubernetesTarget, fault: str, args: Mapping[str, Any]) -> None:
+    """The pods a blackout or an RPC fault names exist; the RayCluster runs Ray 2.60."""
+    if fault in ("inject_rpc_failures", "blackout"):
+        _pods(self._handle(), list(args.get("nodes") or ["worker-1"]), fault)
+    if fault in ("inject_rpc_failures", "slow_gcs"):
+        check_ray_version(self.raycluster, fault)
+
+
+# --- the Target methods of KubernetesTarget (``self`` is the target) ------------------------
+def gcs_call_ms(self: KubernetesTarget, timeout: float = 2.0) -> float | None:
+    """Ray's node table through the dashboard (a GetAllNodeInfo behind it), timed; None when
+    it did not answer."""
+    t0 = time.monotonic()
+    try:
+        self._handle().dashboard.ray_nodes(timeout)
+    except (TargetUnavailable, KubeApiError):
+        return None
+    return round((time.monotonic() - t0) * 1000, 2)
+
+
+def node_resources(self: KubernetesTarget, timeout: float = 2.0) -> list[NodeInfo]:
+    """The ALIVE pods; their available resources are not read on Kubernetes yet (None)."""
+    return [n for n in self.nodes(timeout) if n.state == "ALIVE"]
+
+
+def raylet_alive(self: KubernetesTarget, node_ids: list[str]) -> dict[str, bool | None]:
+    """For each GCS node ID: is its raylet still running in its pod? The pod is found by the
+    node's address; the check is an exec (through the kubelet, so a pod whose network is cut
+    still answers). True/False from ``pgrep``; no pod with that address: False (the pod is
+    gone); None when the node, or the exec, gives no answer."""
+    handle = self._handle()
+    try:
+        ips = {str(r.get("node_id")): str(r.get("node_ip")) for r in handle.dashboard.ray_nodes(5)}
+    except (TargetUnavailable, KubeApiError):
+        return dict.fromkeys(node_ids)
+    by_ip = {(p.get("status") or {}).get("podIP"): p for p in handle.pods()
+             if "deletionTimestamp" not in p["metadata"]}
+    out: dict[str, bool | None] = {}
+    for node_id in node_ids:
+        pod = by_ip.get(ips.get(node_id))
+        if node_id not in ips or pod is None:
+            out[node_id] = None if node_id not in ips else False
+            continue
+        try:
+            ran = exec_in(handle.api, handle.ns, pod["metadata"]["name"],
+                          pod["spec"]["containers"][0]["name"],
+                          ["pgrep", "-f", f"raylet.*node_id={node_id}"], timeout=10)
+        except (TargetUnavailable, KubeApiError):
+            out[node_id] = None
+            continue
+        out[node_id] = {0: True, 1: False}.get(ran.code) if ran.code is not None else None
+    return out
+
+
+def node_env(self: KubernetesTarget, nodes: list[str], names: list[str]
+             ) -> dict[str, dict[str, str]]:
+    return _node_env(self._handle(), nodes, names)
+
+
+def ray_log_counts(self: KubernetesTarget, nodes: list[str], needles: list[str]
+                   ) -> dict[str, dict[str, int]]:
+    """Ray's log files are inside the pods: not read on Kubernetes yet."""
+    return {}
+
+
+def network_counters(self: KubernetesTarget) -> dict[str, dict[str, int]]:
+    return {}
+
+
+def job_history(self: KubernetesTarget, timeout: float = 5.0) -> list[dict[str, Any]]:
+    """The Jobs API's list (the submission jobs the GCS keeps), finished ones included."""
+    jobs = self._handle().dashboard.json("GET", "/api/jobs/", timeout=timeout)
+    return [{"job_id": j.get("job_id"), "submission_id": j.get("submission_id"),
+             "dead": j.get("status") in ("SUCCEEDED", "FAILED", "STOPPED")}
+            for j in (jobs if isinstance(jobs, list) else [])]
+
+
+def restart_with_env(self: KubernetesTarget, *, nodes: list[str], env: dict[str, str],
+                     wait_s: float, record: dict[str, Any]) -> dict[str, Any]:
+    return _restart_with_env(self._handle(), self.run_id, record, nodes=nodes, env=env,
+                             wait_s=wait_s)
+
+
+def cut_network(self: KubernetesTarget, *, nodes: list[str], record: dict[str, Any]
+                ) -> dict[str, Any]:
+    return _cut_network(self._handle(), self.run_id, record, nodes=nodes)
+
+
+def restore_network(self: KubernetesTarget, record: dict[str, Any]) -> dict[str, Any]:
+    return _restore_network(self._api(), record)
+
+
+METHODS = (gcs_call_ms, node_resources, raylet_alive, node_env, ray_log_counts,
+           network_counters, job_history, restart_with_env, cut_network, restore_network)
