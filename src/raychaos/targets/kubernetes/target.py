@@ -22,6 +22,7 @@ from raychaos.errors import (
     ConfigError,
     KubeApiError,
     NothingMatched,
+    RollbackFailed,
     TargetUnavailable,
 )
 from raychaos.targets.base import NodeInfo, Observation, Refusal, RunLock
