@@ -8,6 +8,8 @@
     raychaos rollback RESULTS_DIR | --all [RESULTS_ROOT]
     raychaos report RESULTS_DIR
     raychaos compare RUN_A RUN_B [--tolerance F]
+    raychaos ramp EXPERIMENT [--trials N]
+    raychaos review MANIFEST... | --live KIND[/NAME] [--namespace N] [--head-restart-s S]
     raychaos list
 
 Exit codes: 0 every SLO met, 1 an SLO/probe/hypothesis failed, 2 error or interruption.
@@ -115,6 +117,28 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("run_a")
     cmp_.add_argument("run_b")
     cmp_.add_argument("--tolerance", type=float, default=0.2)
+
+    rp = sub.add_parser("ramp", help="raise a ramped load step by step until an SLO breaks; "
+                                     "the knee over N trials, with and without the faults")
+    rp.add_argument("experiment", help="experiment with a ramp: load and the ramp_knee probe")
+    rp.add_argument("--trials", type=_positive_int, default=3, metavar="N")
+    rp.add_argument("--results", default="results", help="results root folder")
+    rp.add_argument("--down", action="store_true", help="take a local cluster it started down")
+    rp.add_argument("--quiet", action="store_true", help="phase lines, errors, verdicts only")
+    rp.add_argument("--state-root", help=argparse.SUPPRESS)
+
+    rv = sub.add_parser("review", help="resilience review of a RayCluster/RayJob/RayService "
+                                       "manifest or live object; exit 1 on an error finding")
+    rv.add_argument("manifests", nargs="*", help="YAML files (several documents each)")
+    rv.add_argument("--live", metavar="KIND[/NAME]",
+                    help="read raycluster/NAME, rayjob/NAME or rayservice/NAME from the API")
+    rv.add_argument("--namespace", default="default")
+    rv.add_argument("--context", help="kubeconfig context")
+    rv.add_argument("--kubeconfig", help="kubeconfig file")
+    rv.add_argument("--head-restart-s", type=float, default=60.0,
+                    help="how long a head restart is expected to take (default: 60)")
+    rv.add_argument("--json", action="store_true", help="print the findings as JSON")
+    rv.add_argument("--verbose", action="store_true", help="also print what passed (info)")
 
     sub.add_parser("list", help="list the experiments in experiments/")
     return p
@@ -280,6 +304,19 @@ def main(argv: list[str] | None = None) -> int:
             return _compare(args)
         if args.command == "list":
             return _list()
+        if args.command == "ramp":
+            from raychaos.run.ramp import run_ramp
+
+            return run_ramp(args.experiment, args.trials, results_root=args.results,
+                            state_root=args.state_root, keep_cluster=not args.down,
+                            quiet=args.quiet)[0]
+        if args.command == "review":
+            from raychaos.run.review import review_command
+
+            return review_command(args.manifests, live=args.live, namespace=args.namespace,
+                                  context=args.context, kubeconfig=args.kubeconfig,
+                                  head_restart_s=args.head_restart_s, as_json=args.json,
+                                  verbose=args.verbose)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)

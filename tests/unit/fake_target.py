@@ -131,6 +131,20 @@ class FakeTarget:
     def cluster_events(self, since: float) -> list[dict[str, Any]]:
         return []
 
+    def review_objects(self) -> list[dict[str, Any]]:
+        return [{"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                 "metadata": {"name": "fake", "namespace": "fake"},
+                 "spec": {"headGroupSpec": {"rayStartParams": {"num-cpus": "0"}},
+                          "workerGroupSpecs": []}}]
+
+    def node_storage(self) -> list[dict[str, Any]]:
+        shm = (self.applied.get("dev_shm") or {}).get("size_mb")
+        return [{"node": f"worker-{i + 1}", "observed": True, "object_store_mb": 150.0,
+                 "shm_mb": shm if shm and i == 0 else 1024.0,
+                 "on_shm": not (shm and shm < 150 and i == 0),
+                 "plasma_directory": "/tmp/fake" if shm and shm < 150 and i == 0
+                 else "/dev/shm"} for i in range(len(self.worker_ids))]
+
     # --- jobs --------------------------------------------------------------------------------
     def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
                    on_driver_node: bool = True, metadata: dict[str, str] | None = None) -> str:
@@ -222,6 +236,10 @@ class FakeTarget:
         if "worker-9" in nodes:
             raise FaultFailed("fake: no effect measured on worker-9")
         return self._apply("network", record, nodes=list(nodes), bandwidth_bps=bandwidth_bps)
+
+    def resize_dev_shm(self, *, nodes: list[str], size_mb: float,
+                       record: dict[str, Any]) -> dict[str, Any]:
+        return self._apply("dev_shm", record, nodes=list(nodes), size_mb=size_mb)
 
     def undo(self, record: dict[str, Any]) -> dict[str, Any]:
         kind = (record.get("undo") or {}).get("kind")

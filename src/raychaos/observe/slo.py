@@ -18,6 +18,7 @@ from typing import Any
 
 from raychaos.catalog import stats_format
 from raychaos.config.settings import SloProfile, SloSpec
+from raychaos.observe.resources import resource_metric
 from raychaos.observe.windows import windows
 
 __all__ = ["OPS", "evaluate", "load_metrics", "weighted_percentile", "windows"]
@@ -105,6 +106,9 @@ def metric_value(slo: SloSpec, records: list[dict[str, Any]],
             "probe": "sentinel_preserved"}
     if slo.metric == "throughput_recovery_s":
         return throughput_recovery_s(records, wins, slo.load), {"window": "after chaos"}
+    resource = resource_metric(slo.metric, records, wins, slo.window, slo.load, probes)
+    if resource is not None:  # spill rates, stranded GPUs, /dev/shm, the ramp's knee
+        return resource
     if slo.window not in wins:
         return None, {"note": f"the run has no {slo.window} window (no fault was applied)"}
     m = load_metrics(records, wins[slo.window], slo.load)

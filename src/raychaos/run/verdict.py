@@ -55,6 +55,7 @@ def summarize(experiment: Experiment, run: Run, journal: dict[str, Any] | None, 
                     "samples": monitor.samples if monitor else 0,
                     "cpu_seconds": round(monitor.cpu_seconds, 3) if monitor else 0},
         "slo_profile": str(experiment.slo_path) if experiment.slo_path else None,
+        "review": run.extras.get("review"),  # the preflight resilience review
         "errors": errors,
     }
 

@@ -22,7 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = ["FAULTS", "NodeInfo", "Refusal", "RunLock", "Target"]
 
 #: The fault mechanics a target implements, by the Chaos Toolkit action that drives them.
-FAULTS = ("kill_head", "drain_gpu_nodes", "throttle_registry_pulls", "saturate_network")
+FAULTS = ("kill_head", "drain_gpu_nodes", "throttle_registry_pulls", "saturate_network",
+          "resize_dev_shm")
 
 Refusal = tuple[str, str]  # (argument, why this target cannot honour it)
 
@@ -130,6 +131,18 @@ class Target(Protocol):
         pulls — ``{"ts", "event", "node", ...}``, oldest first."""
         ...
 
+    def review_objects(self) -> list[dict[str, Any]]:
+        """The cluster as Kubernetes objects for the resilience review (:mod:`raychaos.review`):
+        the RayCluster (RayJob, RayService), its namespace's PDBs and its pods. A target that is
+        not on Kubernetes describes itself as the RayCluster KubeRay would run."""
+        ...
+
+    def node_storage(self) -> list[dict[str, Any]]:
+        """Per node: ``node``, ``object_store_mb``, ``shm_mb``, ``plasma_directory`` (where Ray
+        put the object store), ``on_shm``, ``spill_directory``; ``observed`` is False where
+        the target cannot look inside its nodes."""
+        ...
+
     # --- jobs --------------------------------------------------------------------------------
     def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
                    on_driver_node: bool = True, metadata: dict[str, str] | None = None) -> str:
@@ -178,6 +191,12 @@ class Target(Protocol):
                          latency_ms: float, flood: bool, partition: bool, flood_s: float,
                          record: dict[str, Any]) -> dict[str, Any]:
         """Degrade the network of ``nodes``; evidence: a transfer measured before and during."""
+        ...
+
+    def resize_dev_shm(self, *, nodes: list[str], size_mb: float,
+                       record: dict[str, Any]) -> dict[str, Any]:
+        """Restart ``nodes`` with a /dev/shm of ``size_mb``; evidence: where Ray put the object
+        store before and after (and whether the node came up at all)."""
         ...
 
     def undo(self, record: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from raychaos.targets.base import NodeInfo, Refusal, RunLock
 from raychaos.targets.kubernetes import drain as k8s_drain
 from raychaos.targets.kubernetes import head as k8s_head
 from raychaos.targets.kubernetes import network as k8s_network
+from raychaos.targets.kubernetes import review as k8s_review
 from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.safety import (
     CORDONED_BY,
@@ -127,6 +128,9 @@ class KubernetesTarget:
         return {}
 
     def refusals(self, fault: str, args: Mapping[str, Any]) -> list[Refusal]:
+        if fault == "resize_dev_shm":
+            return [("", "the kubernetes target does not roll pods onto another /dev/shm; "
+                         "`raychaos review` checks the RayCluster's shared-memory sizeLimit")]
         return [(arg, why) for arg, why in UNSUPPORTED.get(fault, {}).items()
                 if arg in args and args[arg] != NEUTRAL.get(arg)]
 
@@ -228,6 +232,18 @@ class KubernetesTarget:
     def cluster_events(self, since: float) -> list[dict[str, Any]]:
         """Image pulls the kubelet reported (``Pulled`` events) since ``since``."""
         return k8s_network.pull_events(self._api(), self.ns, since)
+
+    def review_objects(self) -> list[dict[str, Any]]:
+        """The RayCluster as stored, the namespace's PDBs and the cluster's pods."""
+        return k8s_review.live_objects(self._api(), self.ns, self.raycluster)
+
+    def node_storage(self) -> list[dict[str, Any]]:
+        """Not observed inside pods (that needs exec); the review reads the declared sizes."""
+        return [{"node": p["metadata"]["name"], "observed": False} for p in self._ray_pods()]
+
+    def resize_dev_shm(self, *, nodes: list[str], size_mb: float,
+                       record: dict[str, Any]) -> dict[str, Any]:
+        raise ConfigError("resize_dev_shm: refused on the kubernetes target (see refusals)")
 
     def dashboard_url(self) -> str:
         if not self.spec.dashboard_url:

@@ -22,17 +22,18 @@ from raychaos.config.settings import LocalClusterSpec
 from raychaos.errors import NothingMatched, RollbackFailed, TargetUnavailable
 from raychaos.results.redact import redact_text
 from raychaos.targets.base import NodeInfo, Refusal, RunLock
-from raychaos.targets.local import drain, head, lifecycle
+from raychaos.targets.local import drain, head, lifecycle, shmfault
 from raychaos.targets.local.cluster import LocalCluster, default_state_root
 from raychaos.targets.local.errors import ray_errors
 from raychaos.targets.local.jobs import LocalJobs
+from raychaos.targets.local.manifest import as_raycluster
 from raychaos.targets.local.network import faults as netfaults
 from raychaos.targets.local.network.pods import PodNetwork, netns_supported
 from raychaos.targets.local.registry import fault as registry
 
 __all__ = ["LocalTarget", "default_state_root"]
 
-NETNS_FAULTS = ("throttle_registry_pulls", "saturate_network")
+NETNS_FAULTS = ("throttle_registry_pulls", "saturate_network", "resize_dev_shm")
 
 
 class LocalTarget:
@@ -133,12 +134,12 @@ class LocalTarget:
     def preflight(self, fault: str, args: Mapping[str, Any]) -> None:
         if fault == "drain_gpu_nodes":
             self.select_drain_victims(int(args.get("count", 1)), args.get("selector"))
-        elif fault == "saturate_network":
+        elif fault in ("saturate_network", "resize_dev_shm"):
             pods = self.cluster.pods()
             nodes = list(args.get("nodes") or ["worker-1"])
             unknown = [n for n in nodes if n not in pods]
             if unknown:
-                raise NothingMatched(f"saturate_network: no node named {unknown[0]!r} in local "
+                raise NothingMatched(f"{fault}: no node named {unknown[0]!r} in local "
                                      f"cluster '{self.spec.name}' (nodes: {sorted(pods)})")
 
     # --- observation -------------------------------------------------------------------------
@@ -166,6 +167,15 @@ class LocalTarget:
 
     def cluster_events(self, since: float) -> list[dict[str, Any]]:
         return self.cluster.events(since)
+
+    def review_objects(self) -> list[dict[str, Any]]:
+        plans = self.cluster.plans()
+        if not plans:
+            return []
+        return [as_raycluster(self.spec, plans, redact_text(self.spec.redis_address or ""))]
+
+    def node_storage(self) -> list[dict[str, Any]]:
+        return shmfault.storage_facts(self.cluster)
 
     # --- jobs --------------------------------------------------------------------------------
     def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
@@ -215,6 +225,11 @@ class LocalTarget:
             self.cluster, nodes=nodes, bandwidth_bps=bandwidth_bps, loss_pct=loss_pct,
             flood=flood, partition=partition, flood_s=flood_s, record=record)
 
+    def resize_dev_shm(self, *, nodes: list[str], size_mb: float,
+                       record: dict[str, Any]) -> dict[str, Any]:
+        return shmfault.resize_dev_shm(self.cluster, nodes=nodes, size_mb=size_mb,
+                                       record=record)
+
     def measure_transfer(self, src: str, dst: str, seconds: float = 1.5) -> dict[str, Any]:
         return netfaults.measure_transfer(self.cluster, src, dst, seconds)
 
@@ -234,4 +249,6 @@ class LocalTarget:
             return registry.undo_registry_throttle(self.cluster, undo)
         if kind == "netfault":
             return netfaults.undo_netfault(self.cluster, undo)
+        if kind == "dev_shm":
+            return shmfault.undo_resize_dev_shm(self.cluster, undo)
         raise RollbackFailed(f"local target cannot undo {kind!r} (record {record.get('id')})")
