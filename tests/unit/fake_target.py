@@ -151,6 +151,14 @@ class FakeTarget:
         job_id = f"fakejob_{len(self.jobs) + 1}"
         name = entrypoint.split("--name", 1)[1].split()[0] if "--name" in entrypoint else job_id
         lines: list[str] = []
+        if "object_store_ballast.py" in entrypoint:  # holds until stopped, says so once
+            mb = float(entrypoint.split("--mb", 1)[1].split()[0])
+            self.jobs[job_id] = {"entry": entrypoint, "name": "ballast", "last": time.time(),
+                                 "oneshot": False, "ballast": True, "lines": [
+                                     "RAYCHAOS_BALLAST " + json.dumps(
+                                         {"held_mb": mb, "blocks": 1, "node_id": "01" * 14})]}
+            self.calls.append(("submit_job", entrypoint))
+            return job_id
         if "sentinel.py" in entrypoint:
             state = dict(self.sentinel)
             lost = self.lose_workers and self.head_pid > 1000
@@ -177,7 +185,7 @@ class FakeTarget:
         job = self.jobs.get(job_id)
         if job is None:
             return []
-        if job["oneshot"]:
+        if job["oneshot"] or job.get("ballast"):
             out, job["lines"] = job["lines"], []
             return list(out)
         now = time.time()

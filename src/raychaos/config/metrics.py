@@ -8,8 +8,8 @@ is defined once. ``producer`` says where the value comes from:
 - ``probe:<name>``: the evidence of that probe (``evidence_key`` names the field);
 - ``loads``: the loads' per-second stats records over the SLO's window;
 - ``monitor``: the monitor's samples over the window (object store, spill).
-- ``gpu``: the GPU watch's ``kind: gpu`` records over the window (:mod:`raychaos.observe.gpu`;
-  the session starts the watch when an SLO names one of these).
+- ``gpu`` / ``storage``: the resource watch's ``kind: gpu`` / ``kind: storage`` records over the
+  window (:mod:`raychaos.observe.watch`; the session starts it when an SLO names one of these).
 
 ``live`` metrics are computed from the timeline while the run goes on (``abort_if``).
 """
@@ -73,9 +73,9 @@ _ALL = [
            "seconds GPU demand was pending while GPU capacity sat free (fragmented) beside it"),
     Metric("gpu_task_idle_frac", "ratio", "lower", "gpu",
            "share of held GPU-seconds whose task reported it was waiting (RUNNING_IN_RAY_GET)"),
-    Metric("shm_backed_ratio", "ratio", "higher", "probe:dev_shm_check",
-           "share of object stores Ray kept in /dev/shm (the rest it moved to disk)",
-           "shm_backed_ratio"),
+    Metric("shm_backed_ratio", "ratio", "higher", "storage",
+           "lowest share, at any moment of the window, of object stores Ray kept in /dev/shm "
+           "(the rest it moved to disk)"),
     Metric("ramp_knee", "tasks/s", "higher", "probe:ramp_knee",
            "the last offered load of a ramp that kept p95, failures and throughput in bounds",
            "knee"),

@@ -129,7 +129,8 @@ class LoadSpec:
 @dataclass(frozen=True)
 class MonitorSpec:
     interval_s: float = field(default=0.2, metadata={"min": 0.05, "max": 0.2})
-    gpu: bool = False  # sample GPU stranding (observe/gpu.py); on when an SLO needs it
+    gpu: bool = False  # sample GPU stranding (observe/watch.py); on when an SLO needs it
+    storage: bool = False  # sample where each object store lives; on when an SLO needs it
     settle_s: float = field(default=5.0, metadata={"min": 0, "max": 600})
     recovery_window_s: float = field(default=10.0, metadata={"min": 0, "max": 3600})
 

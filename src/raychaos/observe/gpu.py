@@ -2,15 +2,16 @@
 
 Ray schedules GPUs as logical numbers; nothing reads the kernel. Two ways capacity strands:
 
-- **reserved but idle**: a task or actor holds its GPUs while it waits — Ray's own report of
-  the task says so: ``RUNNING_IN_RAY_GET`` / ``RUNNING_IN_RAY_WAIT`` (a task blocked on its
-  inputs, e.g. restoring them from spill, keeps its GPU; only its CPU is released), or a GPU
-  actor with no method running;
+- **reserved but idle**: a task or actor holds its GPUs while it waits — a task blocked on its
+  inputs (restoring them from spill, say) keeps its GPU; only its CPU is released. Ray's task
+  table can say so (``RUNNING_IN_RAY_GET``/``RUNNING_IN_RAY_WAIT``, though Ray 2.60 reports a
+  blocked task as plain ``RUNNING``), a GPU actor with no method running is idle, and the
+  loads' own tasks report it (``gpu_stranded_frac`` in their stats lines);
 - **free but unusable**: GPU demand is pending (``PENDING_NODE_ASSIGNMENT``) while capacity is
   free on the nodes it may use — the free pieces are too small for the request (``num_gpus=0.6``
   tasks on 1-GPU cards leave 0.4 of every card that nothing of theirs fits into).
 
-:class:`GpuWatch` reads the task and actor tables (the state API, through the dashboard every
+:class:`GpuSampler` reads the task and actor tables (the state API, through the dashboard every
 target has, nodes included: one consistent snapshot) once a second and writes ``kind: "gpu"``
 records: cluster totals and, per load (its Ray job), GPUs ``held``, ``idle_held``, ``pending``
 demand, the ``capacity`` of the nodes it may use and how much of that is ``stranded``.
@@ -20,16 +21,15 @@ demand, the ``capacity`` of the nodes it may use and how much of that is ``stran
 from __future__ import annotations
 
 import json
-import threading
+import math
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from raychaos.results.store import Clock, Ev, Timeline
 from raychaos.targets.base import Target
 
-__all__ = ["GpuWatch", "gpu_metrics", "stranding"]
+__all__ = ["GpuSampler", "gpu_metrics", "stranding"]
 
 RUNNING = {"RUNNING", "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT", "SUBMITTED_TO_WORKER"}
 WAITING = {"RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT"}
@@ -56,11 +56,13 @@ def _eligible(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
 
 
 def stranding(nodes: list[dict[str, Any]], tasks: list[dict[str, Any]],
-              actors: list[dict[str, Any]], job_loads: dict[str, str]) -> dict[str, Any]:
+              actors: list[dict[str, Any]], job_loads: dict[str, str],
+              free_gpus: dict[str, float] | None = None) -> dict[str, Any]:
     """One ``gpu`` record from the state API's node, task and actor tables (pure).
 
-    Free capacity is each node's GPUs minus what its running tasks and actors hold, from the
-    same snapshot, so a task that just finished is not counted free and busy at once."""
+    Free capacity is ``free_gpus`` (node id -> GPUs the raylet has not allocated, when the
+    target reports it: it knows a lease granted to a worker still starting) or else each
+    node's GPUs minus what its running tasks and actors hold in the same snapshot."""
     alive = {str(n["node_id"]): n for n in nodes if n.get("state") == "ALIVE"
              and _gpu(n.get("resources_total"))}
     total = {nid: _gpu(n.get("resources_total")) for nid, n in alive.items()}
@@ -100,7 +102,7 @@ def stranding(nodes: list[dict[str, Any]], tasks: list[dict[str, Any]],
             e["min_request"] = min(gpu, e["min_request"] or gpu)
             e["nodes"] |= {nid for nid, n in alive.items()
                            if _eligible(t.get("label_selector"), n.get("labels") or {})}
-    free = {nid: max(0.0, total[nid] - used[nid]) for nid in total}
+    free = {nid: max(0.0, (free_gpus or {}).get(nid, total[nid] - used[nid])) for nid in total}
     out_loads = {}
     for name, e in loads.items():
         nodes_of = e.pop("nodes")
@@ -119,29 +121,54 @@ def stranding(nodes: list[dict[str, Any]], tasks: list[dict[str, Any]],
             "loads": out_loads}
 
 
+def _self_reported(records: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
+    """(load, second) -> the share of held GPU time its tasks reported waiting
+    (``gpu_stranded_frac`` in a load's stats line covers the second ending at its ``t``)."""
+    return {(str(r.get("load")), math.ceil(r["t"])): float(r["gpu_stranded_frac"])
+            for r in records if r.get("kind") == "load"
+            and r.get("gpu_stranded_frac") is not None}
+
+
 def gpu_metrics(records: list[dict[str, Any]], window: tuple[float, float],
                 load: str | None = None) -> dict[str, Any]:
     """Over ``window``: the fraction of GPU-seconds stranded, of held GPU-seconds spent
-    waiting, and the seconds demand was pending while capacity sat free (per load, or all)."""
+    waiting, and the seconds demand was pending while capacity sat free (per load, or all),
+    from the load's first stats line to its last.
+
+    Waiting is what Ray reports (``RUNNING_IN_RAY_GET``; Ray 2.60 rarely does) or, when
+    larger, what the load's own tasks reported for that second (``gpu_stranded_frac``)."""
     lo, hi = window
+    # a load is judged while it reports: not while its workers start, nor once it is stopped
+    spans = [r["t"] for r in records if r.get("kind") == "load" and r.get("count", 0) > 0
+             and (load is None or r.get("load") == load)]
+    if spans:
+        lo, hi = max(lo, min(spans)), min(hi, max(spans))
     rows = [r for r in records if r.get("kind") == "gpu" and lo <= r["t"] < hi]
+    reported = _self_reported(records)
     stranded = capacity = idle = held = 0.0
     pending_s = 0.0
     previous: float | None = None
     for r in rows:
         dt = min(2.0, r["t"] - previous) if previous is not None else 1.0
         previous = r["t"]
-        parts = [r["loads"][load]] if load and load in r.get("loads", {}) else (
-            [] if load else list(r.get("loads", {}).values()))
+        loads = r.get("loads", {})
+        names = [load] if load else list(loads)
         if load is None:
             capacity += dt * float(r.get("gpus_total") or 0.0)
-        for p in parts:
-            stranded += dt * p["stranded"]
-            idle += dt * p["idle_held"]
+        fragmented = False
+        for name in names:
+            p = loads.get(name)
+            if p is None:
+                continue
+            frac = reported.get((name, math.ceil(r["t"])), 0.0)
+            waiting = max(p["idle_held"], p["held"] * frac)
+            stranded += dt * (p["stranded"] - p["idle_held"] + waiting)
+            idle += dt * waiting
             held += dt * p["held"]
+            fragmented = fragmented or bool(p.get("fragmented"))
             if load is not None:
                 capacity += dt * p["capacity"]
-        if any(p.get("fragmented") for p in parts):
+        if fragmented:
             pending_s += dt
     return {"samples": len(rows),
             "gpu_stranded_capacity_frac": round(stranded / capacity, 4) if capacity else None,
@@ -150,28 +177,14 @@ def gpu_metrics(records: list[dict[str, Any]], window: tuple[float, float],
             "gpu_seconds": round(capacity, 2)}
 
 
-class GpuWatch:
-    """Samples GPU stranding once a second into ``kind: gpu`` timeline records."""
+class GpuSampler:
+    """One ``gpu`` record per call, from the state API of ``target``'s dashboard."""
 
-    def __init__(self, target: Target, timeline: Timeline, clock: Clock,
-                 jobs: Callable[[], dict[str, str]], interval_s: float = 1.0):
-        self.target, self.timeline, self.clock = target, timeline, clock
-        self.jobs, self.interval_s = jobs, interval_s
+    kind = "gpu"
+
+    def __init__(self, target: Target, jobs: Callable[[], dict[str, str]]):
+        self.target, self.jobs = target, jobs
         self._job_ids: dict[str, str] = {}  # submission id -> Ray job id (hex)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.samples = 0
-
-    def start(self) -> GpuWatch:
-        self._thread = threading.Thread(target=self._loop, name="raychaos-gpu-watch",
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
 
     def _get(self, path: str, timeout: float = 3.0) -> Any:
         url = self.target.dashboard_url() + path
@@ -198,20 +211,12 @@ class GpuWatch:
                 out[self._job_ids[submission]] = name
         return out
 
-    def sample_once(self) -> dict[str, Any]:
+    def __call__(self) -> dict[str, Any]:
         job_loads = self._job_loads()
         tasks = self._state("tasks", ["RUNNING", "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT",
                                       "PENDING_NODE_ASSIGNMENT"])
         actors = self._state("actors", ["ALIVE"])
         nodes = self._state("nodes", ["ALIVE"])
-        record = stranding(nodes, tasks, actors, job_loads)
-        return self.timeline.write("gpu", **record)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sample_once()
-                self.samples += 1
-            except Exception as exc:  # the watch must not die silently, nor stop the run
-                self.timeline.event(Ev.MONITOR_ERROR, "gpu-watch", error=repr(exc))
-            self._stop.wait(self.interval_s)
+        free = {n.node_id: float(n.available.get("GPU", 0.0))
+                for n in self.target.nodes(timeout=1.0) if n.available is not None}
+        return stranding(nodes, tasks, actors, job_loads, free or None)

@@ -3,8 +3,8 @@
 :func:`resource_metric` is what :func:`raychaos.observe.slo.metric_value` asks for a metric it
 does not compute itself: the spill/restore rates from the monitor's cumulative counters
 (``spill_total_mb``, ``restore_total_mb``: Ray's own spill-manager figures), the GPU figures
-from the GPU watch (:func:`raychaos.observe.gpu.gpu_metrics`) and the probe-evidence metrics
-(``shm_backed_ratio``, ``ramp_knee``) by the registry's ``evidence_key``.
+from the GPU watch (:func:`raychaos.observe.gpu.gpu_metrics`), the object stores' placement
+from the storage watch (``shm_backed_ratio``) and the ramp's knee from its probe's evidence.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from raychaos.config.metrics import METRICS, probe_of
 from raychaos.observe.gpu import gpu_metrics
+from raychaos.observe.watch import storage_metric
 
 __all__ = ["GPU_METRICS", "resource_metric", "spill_rates"]
 
@@ -47,14 +48,17 @@ def resource_metric(metric: str, records: list[dict[str, Any]], wins: dict[str, 
                     probes: dict[str, dict[str, Any]]) -> Value | None:
     """(value, evidence) of a resource metric, or None when ``metric`` is not one of them."""
     probe = probe_of(metric)
-    if probe and metric in ("shm_backed_ratio", "ramp_knee"):
+    if probe and metric == "ramp_knee":
         ev = probes.get(probe, {}).get("evidence")
         key = METRICS[metric].evidence_key or metric
         return (None if ev is None else ev.get(key)), {"probe": probe}
-    if metric not in GPU_METRICS and metric not in ("spill_mb_per_s", "restore_mb_per_s"):
+    if metric not in GPU_METRICS and metric not in ("spill_mb_per_s", "restore_mb_per_s",
+                                                    "shm_backed_ratio"):
         return None
     if window not in wins:
         return None, {"note": f"the run has no {window} window (no fault was applied)"}
+    if metric == "shm_backed_ratio":
+        return storage_metric(records, wins[window])
     if metric in GPU_METRICS:
         figures = gpu_metrics(records, wins[window], load)
         return figures[metric], {k: v for k, v in figures.items() if k not in GPU_METRICS}

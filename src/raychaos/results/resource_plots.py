@@ -46,11 +46,12 @@ def render_resources_png(records: list[dict[str, Any]], windows: dict[str, Any] 
 
     samples = [r for r in records if r.get("kind") == "sample"
                and r.get("spill_total_mb") is not None]
-    # one sample a second is enough for rates; the GCS sampler writes five
-    per_s: dict[int, dict[str, Any]] = {}
+    # Ray exports its counters every 2 s (RAY_metrics_report_interval_ms, local target): one
+    # sample per 2 s, or the rates alternate between 0 and twice the truth
+    per_2s: dict[int, dict[str, Any]] = {}
     for r in samples:
-        per_s.setdefault(int(r["t"]), r)
-    samples = [per_s[k] for k in sorted(per_s)]
+        per_2s.setdefault(int(r["t"] // 2), r)
+    samples = [per_2s[k] for k in sorted(per_2s)]
     gpu = [r for r in records if r.get("kind") == "gpu"]
     loads = [r for r in records if r.get("kind") == "load"]
     fig = Figure(figsize=(11, 11), dpi=90)
@@ -94,7 +95,8 @@ def render_resources_png(records: list[dict[str, Any]], windows: dict[str, Any] 
     events = [r for r in records if r.get("kind") == "event"]
     for ax in (ax_store, ax_rate, ax_tput, ax_gpu):
         for phase, span in (windows or {}).items():
-            if isinstance(span, (list, tuple)) and len(span) == 2 and None not in span:
+            if phase != "run" and isinstance(span, (list, tuple)) and len(span) == 2 \
+                    and None not in span:
                 ax.axvspan(_num(span[0]), _num(span[1]),
                            color=WINDOW_COLOURS.get(phase, "#f0f0f0"), zorder=0)
         for ev in events:

@@ -177,9 +177,17 @@ def cluster_views(objects: list[dict[str, Any]], live: bool = False) -> list[Clu
             cluster_name=name if kind == "RayCluster" else _status_cluster(obj),
             pdbs=[o for o in objects if o.get("kind") == "PodDisruptionBudget"
                   and str((o.get("metadata") or {}).get("namespace") or "default") == ns],
-            pods=[o for o in objects if o.get("kind") == "Pod"
+            pods=[o for o in objects if o.get("kind") == "Pod" and _ray_pod(o)
                   and str((o.get("metadata") or {}).get("namespace") or "default") == ns]))
     return views
+
+
+def _ray_pod(pod: dict[str, Any]) -> bool:
+    """Not a DaemonSet's or a mirror pod (they carry the labels but are no Ray node)."""
+    meta = pod.get("metadata") or {}
+    if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or []):
+        return False
+    return "kubernetes.io/config.mirror" not in (meta.get("annotations") or {})
 
 
 def pod_labels(pod: dict[str, Any]) -> dict[str, str]:

@@ -6,8 +6,9 @@
   locally). It never stops a run — a head kill without GCS fault tolerance is a legitimate
   negative control — but its findings are printed and go into the summary, so a verdict is
   read next to what the manifest already said.
-- :func:`gpu_watch`: the GPU stranding sampler (:mod:`raychaos.observe.gpu`), started when the
-  experiment asks for it (``monitor.gpu``) or an SLO needs it.
+- :func:`start_watch`: the resource watch (:mod:`raychaos.observe.watch`: GPU stranding,
+  object-store placement), started when the experiment asks for it (``monitor.gpu``,
+  ``monitor.storage``) or an SLO needs one of its figures.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from typing import Any
 from raychaos.config.experiment import Experiment
 from raychaos.config.metrics import METRICS
 from raychaos.context import Run
-from raychaos.observe.gpu import GpuWatch
+from raychaos.observe.watch import ResourceWatch, resource_watch
 from raychaos.review import review
 from raychaos.run.progress import Say
 from raychaos.targets.base import Target
 
-__all__ = ["gpu_watch", "preflight_review"]
+__all__ = ["preflight_review", "start_watch"]
 
 
 def preflight_review(target: Target, say: Say) -> dict[str, Any] | None:
@@ -40,11 +41,10 @@ def preflight_review(target: Target, say: Say) -> dict[str, Any] | None:
     return result.to_dict()
 
 
-def gpu_watch(experiment: Experiment, run: Run) -> GpuWatch | None:
-    """A started GPU watch when the experiment wants GPU stranding figures, else None."""
+def start_watch(experiment: Experiment, run: Run) -> ResourceWatch | None:
+    """A started resource watch when the experiment wants its figures, else None."""
     profile = experiment.slo_profile
-    wanted = run.settings.monitor.gpu or any(
-        METRICS[s.metric].producer == "gpu" for s in (profile.slos if profile else []))
-    if not wanted:
-        return None
-    return GpuWatch(run.target, run.timeline, run.clock, jobs=lambda: dict(run.jobs)).start()
+    producers = {METRICS[s.metric].producer for s in (profile.slos if profile else [])}
+    return resource_watch(run.target, run.timeline, run.clock, lambda: dict(run.jobs),
+                          gpu=run.settings.monitor.gpu or "gpu" in producers,
+                          storage=run.settings.monitor.storage or "storage" in producers)

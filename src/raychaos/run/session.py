@@ -30,13 +30,13 @@ from raychaos.context import Run, activate, deactivate, format_exc_short
 from raychaos.errors import RaychaosError
 from raychaos.faults.rollback import undo_ledger
 from raychaos.observe.abort import AbortWatch
-from raychaos.observe.gpu import GpuWatch
 from raychaos.observe.monitor import Monitor
+from raychaos.observe.watch import ResourceWatch
 from raychaos.results.redact import redact_text
 from raychaos.results.store import Clock, Ev, Ledger, Timeline, new_run_dir, write_json_atomic
 from raychaos.run.loads import LoadSet
 from raychaos.run.progress import Progress, Say, Ticker, verdict_table
-from raychaos.run.resources import gpu_watch, preflight_review
+from raychaos.run.resources import preflight_review, start_watch
 from raychaos.run.stopping import StopSwitch
 from raychaos.run.verdict import early_summary, mark_journal, summarize
 from raychaos.targets import make_target
@@ -73,7 +73,7 @@ class Session:
         self.run: Run | None = None
         self.target: Target | None = None
         self.monitor: Monitor | None = None
-        self.gpu: GpuWatch | None = None
+        self.watch: ResourceWatch | None = None  # GPU stranding, object-store placement
         self.loads: LoadSet | None = None
         self.lock: RunLock | None = None
         self.started_cluster = False
@@ -120,7 +120,7 @@ class Session:
         self.monitor = Monitor(target, timeline, clock, settings.monitor.interval_s,
                                jobs=lambda: dict(run.jobs))
         self.monitor.start()
-        self.gpu = gpu_watch(exp, run)
+        self.watch = start_watch(exp, run)
         self.loads = LoadSet(exp, run, self.monitor, self.say)
         self.loads.start()
         if settings.sentinel:
@@ -248,8 +248,8 @@ class Session:
                 self.loads.stop()
             if self.monitor:
                 self.monitor.stop()
-            if self.gpu is not None:
-                self.gpu.stop()
+            if self.watch is not None:
+                self.watch.stop()
             summary = summarize(self.experiment, run, journal, status, errors, self.reason,
                                 self.monitor)
             write_json_atomic(run.run_dir / "summary.json", summary)

@@ -16,6 +16,7 @@ from raychaos.targets.kubernetes.client import ApiSession
 __all__ = ["PLURALS", "live_objects", "read_live_objects"]
 
 PLURALS = {"raycluster": "rayclusters", "rayjob": "rayjobs", "rayservice": "rayservices"}
+KINDS = {"rayclusters": "RayCluster", "rayjobs": "RayJob", "rayservices": "RayService"}
 
 
 def _cluster_name(obj: dict[str, Any]) -> str | None:
@@ -27,9 +28,11 @@ def _cluster_name(obj: dict[str, Any]) -> str | None:
     return str(name) if name else None
 
 
-def live_objects(api: ApiSession, namespace: str, ray_object: dict[str, Any]
-                 ) -> list[dict[str, Any]]:
-    """``ray_object`` with the namespace's PDBs and the pods of its RayCluster (kinds set)."""
+def live_objects(api: ApiSession, namespace: str, ray_object: dict[str, Any],
+                 kind: str = "RayCluster") -> list[dict[str, Any]]:
+    """``ray_object`` with the namespace's PDBs and the pods of its RayCluster (kinds set:
+    list items come without them)."""
+    ray_object = {"kind": kind, **ray_object}
     out = [ray_object]
     for pdb in api.read(api.policy.list_namespaced_pod_disruption_budget, namespace)["items"]:
         out.append({"kind": "PodDisruptionBudget", "apiVersion": "policy/v1", **pdb})
@@ -61,7 +64,7 @@ def read_live_objects(kind: str, name: str | None, namespace: str, *,
                 raise ConfigError(f"--live {kind}: {len(items)} {plural} in namespace "
                                   f"{namespace}; name one")
             obj = items[0]
-        return live_objects(api, namespace, obj)
+        return live_objects(api, namespace, obj, KINDS[plural])
     except KubeApiError as exc:
         if exc.status == 404:
             raise TargetUnavailable(f"kubernetes API at {api.host}: no {kind} "

@@ -88,8 +88,9 @@ def attach_spill_disk(image: Path, mount: Path, size_mb: int, write_mbps: float,
         if why:
             raise TargetUnavailable(f"target.local.spill_disk: {why}")
         bdi = Path("/sys/class/bdi") / devno
+        # restored by ratio: writing max_ratio back also resets the byte limit it implies
         record["bdi"] = {"strict_limit": (bdi / "strict_limit").read_text().strip(),
-                         "max_bytes": (bdi / "max_bytes").read_text().strip()}
+                         "max_ratio": (bdi / "max_ratio").read_text().strip()}
         record["throttled"] = True
         save()
         for kind, mbps in (("write", write_mbps), ("read", read_mbps)):
