@@ -124,11 +124,23 @@ def test_a_dev_shm_smaller_than_the_object_store_moves_it_to_disk(cluster, tmp_p
     assert code == 1
 
 
-def test_zz_debug_head_metrics(cluster):
-    target, _ = cluster
-    texts = target.metrics_texts(timeout=2.0)
-    import re
-    comps = set()
-    for t in texts:
-        comps |= set(re.findall(r'ray_component_cpu_percentage\{[^}]*Component="([^"]+)"', t))
-    print("COMPONENTS", sorted(comps)[:40], len(texts))
+def test_a_ramp_finds_the_knee_and_records_the_head_along_the_way(cluster, tmp_path,
+                                                                   monkeypatch):
+    monkeypatch.chdir(REPO)
+
+    def short_and_clean(data):  # the catalog ramp is minutes long; here 6 steps of 4 s
+        data["method"] = [a for a in data["method"] if a["provider"]["func"] == "ramp_knee"]
+        load = raychaos_block(data)["loads"][0]
+        load["ramp"].update(start=200, step=300, step_s=4, steps=6)
+
+    code, summary, _ = _run("head-breaking-point", cluster, tmp_path, short_and_clean)
+    [probe] = [p for p in summary["probes"] if p["name"] == "ramp_knee"]
+    ev = probe["evidence"]
+    print("RAMP", json.dumps({k: ev[k] for k in ("knee", "broke_at", "reason")}),
+          json.dumps([{k: s[k] for k in ("offered", "achieved", "p95_ms", "head_cpu_pct",
+                                          "gcs_rss_mb")} for s in ev["table"]]))
+    assert len(ev["table"]) >= 3 and ev["table"][0]["achieved"] > 100
+    assert any(s["gcs_rss_mb"] for s in ev["table"]), "the GCS's memory along the way"
+    assert ev["knee"] is not None and ev["knee"] >= 200
+    rows = _rows(summary)
+    assert rows["knee-at-least"]["value"] == ev["knee"]

@@ -36,7 +36,7 @@ class SpillDiskSpec:
 
     def __post_init__(self) -> None:
         if (self.write_mbps or self.read_mbps) and not self.size_mb:
-            raise ValueError("spill_disk: write_mbps/read_mbps need a disk of its own "
+            raise ValueError("write_mbps/read_mbps need a disk of its own "
                              "(set size_mb, e.g. 1024)")
 
 
