@@ -26,6 +26,7 @@ import os
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,8 @@ def _write(path: Path, value: str) -> None:
 
 
 def attach_spill_disk(image: Path, mount: Path, size_mb: int, write_mbps: float,
-                      read_mbps: float, record: dict[str, Any], save: Any) -> None:
+                      read_mbps: float, record: dict[str, Any],
+                      save: Callable[[], None]) -> None:
     """Make, mount and (optionally) throttle one spill disk; ``record`` is filled and ``save``d
     before each step that leaves something behind."""
     image.parent.mkdir(parents=True, exist_ok=True)
