@@ -1,23 +1,23 @@
-"""SLO figures of the resource experiments: spill and restore rates, stranded GPUs, the knee.
+"""SLO figures of the resource experiments: spill and restore rates, stranded GPUs, /dev/shm.
 
-:func:`resource_metric` is what :func:`raychaos.observe.slo.metric_value` asks for a metric it
-does not compute itself: the spill/restore rates from the monitor's cumulative counters
-(``spill_total_mb``, ``restore_total_mb``: Ray's own spill-manager figures), the GPU figures
-from the GPU watch (:func:`raychaos.observe.gpu.gpu_metrics`), the object stores' placement
-from the storage watch (``shm_backed_ratio``) and the ramp's knee from its probe's evidence.
+:func:`resource_metric` is what :func:`raychaos.observe.slo.metric_value` asks for these metrics
+(the ramp's knee is an ordinary probe metric): the spill/restore rates from the monitor's
+cumulative counters (``spill_total_mb``, ``restore_total_mb``: Ray's own spill-manager figures),
+the GPU figures from the GPU watch (:func:`raychaos.observe.gpu.gpu_metrics`) and the object
+stores' placement from the storage watch (``shm_backed_ratio``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from raychaos.config.metrics import METRICS, probe_of
 from raychaos.observe.gpu import gpu_metrics
 from raychaos.observe.watch import storage_metric
 
-__all__ = ["GPU_METRICS", "resource_metric", "spill_rates"]
+__all__ = ["GPU_METRICS", "RESOURCE_METRICS", "resource_metric", "spill_rates"]
 
 GPU_METRICS = ("gpu_stranded_capacity_frac", "gpu_pending_demand_s", "gpu_task_idle_frac")
+RESOURCE_METRICS = (*GPU_METRICS, "spill_mb_per_s", "restore_mb_per_s", "shm_backed_ratio")
 Window = tuple[float, float]
 
 
@@ -40,27 +40,31 @@ def spill_rates(records: list[dict[str, Any]], window: Window) -> dict[str, Any]
     return out
 
 
-Value = tuple[float | None, dict[str, Any]]
+Measured = tuple[float | None, str, dict[str, Any]]  # (value, verdict when None, evidence)
 
 
 def resource_metric(metric: str, records: list[dict[str, Any]], wins: dict[str, Window],
-                    window: str, load: str | None,
-                    probes: dict[str, dict[str, Any]]) -> Value | None:
-    """(value, evidence) of a resource metric, or None when ``metric`` is not one of them."""
-    probe = probe_of(metric)
-    if probe and metric == "ramp_knee":
-        ev = probes.get(probe, {}).get("evidence")
-        key = METRICS[metric].evidence_key or metric
-        return (None if ev is None else ev.get(key)), {"probe": probe}
-    if metric not in GPU_METRICS and metric not in ("spill_mb_per_s", "restore_mb_per_s",
-                                                    "shm_backed_ratio"):
-        return None
+                    window: str, load: str | None) -> Measured:
+    """(value, verdict when it has none, evidence) of a spill, GPU or /dev/shm metric.
+
+    A figure that is missing is the harness's (``error``: the watch or the raylets' metrics
+    recorded nothing in the window), except a window the run does not have (``n/a``)."""
     if window not in wins:
-        return None, {"note": f"the run has no {window} window (no fault was applied)"}
+        return None, "n/a", {"note": f"the run has no {window} window (no fault was applied)"}
     if metric == "shm_backed_ratio":
-        return storage_metric(records, wins[window])
+        value, evidence = storage_metric(records, wins[window])
+        return value, "error", {**evidence, "note": "not measured: no storage records in "
+                                                    f"{window} (the storage watch saw nothing)"}
     if metric in GPU_METRICS:
         figures = gpu_metrics(records, wins[window], load)
-        return figures[metric], {k: v for k, v in figures.items() if k not in GPU_METRICS}
+        return figures[metric], "error", {
+            **{k: v for k, v in figures.items() if k not in GPU_METRICS},
+            "note": f"not measured: no GPU capacity or holdings in {window} (the GPU watch "
+                    "recorded nothing for it)"}
+    if metric not in ("spill_mb_per_s", "restore_mb_per_s"):
+        raise ValueError(f"observe.resources: {metric} is not a resource metric")
     rates = spill_rates(records, wins[window])
-    return rates[metric], {k: v for k, v in rates.items() if k != metric}
+    return rates[metric], "error", {
+        **{k: v for k, v in rates.items() if k != metric},
+        "note": f"not measured: fewer than two spill counters from the raylets' metrics in "
+                f"{window}"}

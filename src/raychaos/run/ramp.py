@@ -12,6 +12,7 @@ against offered load, one line per run). Exit code: the worst of the runs.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,7 @@ from raychaos.errors import ConfigError
 from raychaos.results.store import new_run_dir, read_json, write_json_atomic
 from raychaos.run.series import RunOne, worst_exit
 
-__all__ = ["format_ramp", "run_ramp", "without_faults"]
+__all__ = ["add_ramp_parser", "format_ramp", "run_ramp", "without_faults"]
 
 
 def _is_fault(activity: Any) -> bool:
@@ -140,3 +141,18 @@ def format_ramp(result: dict[str, Any]) -> str:
     if result.get("knee_shift") is not None:
         lines.append(f"the fault moves the knee by {result['knee_shift']:+g} tasks/s (p50)")
     return "\n".join(lines)
+
+
+def add_ramp_parser(sub: Any, positive_int: Callable[[str], int]) -> None:
+    """``raychaos ramp`` on the command line's subparsers."""
+    rp = sub.add_parser("ramp", help="raise a ramped load step by step until an SLO breaks; "
+                                     "the knee over N trials, with and without the faults")
+    rp.add_argument("experiment", help="experiment with a ramp: load and the ramp_knee probe")
+    rp.add_argument("--trials", type=positive_int, default=3, metavar="N")
+    rp.add_argument("--results", default="results", help="results root folder")
+    rp.add_argument("--down", action="store_true", help="take a local cluster it started down")
+    rp.add_argument("--quiet", action="store_true", help="phase lines, errors, verdicts only")
+    rp.add_argument("--state-root", help=argparse.SUPPRESS)
+    rp.set_defaults(handler=lambda args: run_ramp(
+        args.experiment, args.trials, results_root=args.results, state_root=args.state_root,
+        keep_cluster=not args.down, quiet=args.quiet)[0])

@@ -7,6 +7,7 @@ cluster cannot be reached).
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import yaml
 from raychaos.errors import ConfigError
 from raychaos.review import Options, Review, format_review, review
 
-__all__ = ["load_manifests", "review_command"]
+__all__ = ["add_review_parser", "load_manifests", "review_command"]
 
 
 def load_manifests(paths: list[str]) -> list[dict[str, Any]]:
@@ -65,3 +66,27 @@ def review_command(files: list[str], *, live: str | None = None, namespace: str 
         raise ConfigError(f"{where}: no RayCluster, RayJob or RayService in it")
     print(json.dumps(result.to_dict(), indent=2) if as_json else format_review(result, verbose))
     return 1 if result.errors else 0
+
+
+def add_review_parser(sub: Any) -> None:
+    """``raychaos review`` on the command line's subparsers."""
+    rv = sub.add_parser("review", help="resilience review of a RayCluster/RayJob/RayService "
+                                       "manifest or live object; exit 1 on an error finding")
+    rv.add_argument("manifests", nargs="*", help="YAML files (several documents each)")
+    rv.add_argument("--live", metavar="KIND[/NAME]",
+                    help="read raycluster/NAME, rayjob/NAME or rayservice/NAME from the API")
+    rv.add_argument("--namespace", default="default")
+    rv.add_argument("--context", help="kubeconfig context")
+    rv.add_argument("--kubeconfig", help="kubeconfig file")
+    rv.add_argument("--head-restart-s", type=float, default=60.0,
+                    help="how long a head restart is expected to take (default: 60)")
+    rv.add_argument("--json", action="store_true", help="print the findings as JSON")
+    rv.add_argument("--verbose", action="store_true", help="also print what passed (info)")
+    rv.set_defaults(handler=_from_args)
+
+
+def _from_args(args: argparse.Namespace) -> int:
+    return review_command(args.manifests, live=args.live, namespace=args.namespace,
+                          context=args.context, kubeconfig=args.kubeconfig,
+                          head_restart_s=args.head_restart_s, as_json=args.json,
+                          verbose=args.verbose)
