@@ -16,14 +16,15 @@ import argparse
 import statistics
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from raychaos.config.experiment import find_experiment, slugify
 from raychaos.errors import ConfigError
 from raychaos.results.store import new_run_dir, read_json, write_json_atomic
-from raychaos.run.series import RunOne, worst_exit
+
+if TYPE_CHECKING:  # the command line builds its parser from here: keep the import light
+    from raychaos.run.series import RunOne
 
 __all__ = ["add_ramp_parser", "format_ramp", "run_ramp", "without_faults"]
 
@@ -78,6 +79,9 @@ def run_ramp(experiment: str | Path, trials: int = 3, *, results_root: str | Pat
              quiet: bool = False, run: RunOne | None = None,
              say: Callable[[str], None] = print) -> tuple[int, Path]:
     """Run the ramp ``trials`` times (twice each when its method applies faults)."""
+    from raychaos.config.experiment import find_experiment, slugify
+    from raychaos.run.series import worst_exit
+
     path = find_experiment(experiment)
     if not path.is_file():
         raise ConfigError(f"{path}: experiment file not found")

@@ -15,7 +15,6 @@ from typing import Any
 import yaml
 
 from raychaos.errors import ConfigError
-from raychaos.review import Options, Review, format_review, review
 
 __all__ = ["add_review_parser", "load_manifests", "review_command"]
 
@@ -53,6 +52,8 @@ def review_command(files: list[str], *, live: str | None = None, namespace: str 
                    head_restart_s: float = 60.0, as_json: bool = False,
                    verbose: bool = False) -> int:
     """Review, print, and return the exit code (0 clean, 1 an error finding)."""
+    from raychaos.review import Options, format_review, review  # the parser stays light
+
     if live:
         kind, _, name = live.partition("/")
         objects = _live(kind, name or None, namespace, context, kubeconfig)
@@ -60,7 +61,7 @@ def review_command(files: list[str], *, live: str | None = None, namespace: str 
         if not files:
             raise ConfigError("review: name manifest files, or --live KIND/NAME")
         objects = load_manifests(files)
-    result: Review = review(objects, Options(head_restart_s=head_restart_s), live=bool(live))
+    result = review(objects, Options(head_restart_s=head_restart_s), live=bool(live))
     if not result.subjects:
         where = live or ", ".join(files)
         raise ConfigError(f"{where}: no RayCluster, RayJob or RayService in it")
