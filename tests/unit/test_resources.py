@@ -171,3 +171,18 @@ def test_every_run_records_the_preflight_review_in_its_summary(tmp_path):
     assert review["errors"] == 1  # the fake's RayCluster has no GCS fault tolerance
     assert "review of RayCluster fake/fake: 1 error(s)" in out
     assert "gcs-ft" in (run_dir / "report.html").read_text()
+
+
+def test_the_interactive_timeline_shows_the_spill_sawtooth_and_stranded_gpus():
+    from raychaos.results.interactive import timeline_figure
+
+    recs = [{"kind": "sample", "t": float(t), "gcs_up": True, "object_store_used_mb": 90.0,
+             "spilled_mb": 40.0, "spill_total_mb": 10.0 * t,
+             "restore_total_mb": 0.0 if t < 10 else 6.0 * (t - 10)} for t in range(20)]
+    recs += [{"kind": "gpu", "t": float(t), "gpus_total": 2.0,
+              "loads": {"sixty": {"held": 1.2, "stranded": 0.8}}} for t in range(20)]
+    traces = {d["name"]: d for d in timeline_figure(recs, {})["data"]}
+    assert set(traces["spill MB/s"]["y"]) == {10.0}  # one sample per 2 s: no 0/20 alternation
+    assert traces["restore MB/s"]["y"][-1] == 6.0
+    assert traces["sixty stranded"]["y"][0] == 0.8 and traces["sixty held"]["y"][0] == 1.2
+    assert "spill MB/s" not in {d["name"] for d in timeline_figure(recs[:1], {})["data"]}

@@ -14,7 +14,7 @@ from typing import Any
 from raychaos.observe.gpu import gpu_metrics
 from raychaos.observe.watch import storage_metric
 
-__all__ = ["GPU_METRICS", "RESOURCE_METRICS", "resource_metric", "spill_rates"]
+__all__ = ["GPU_METRICS", "RESOURCE_METRICS", "rate_series", "resource_metric", "spill_rates"]
 
 GPU_METRICS = ("gpu_stranded_capacity_frac", "gpu_pending_demand_s", "gpu_task_idle_frac")
 RESOURCE_METRICS = (*GPU_METRICS, "spill_mb_per_s", "restore_mb_per_s", "shm_backed_ratio")
@@ -37,6 +37,29 @@ def spill_rates(records: list[dict[str, Any]], window: Window) -> dict[str, Any]
         moved = sum(max(0.0, b[1] - a[1]) for a, b in zip(vals, vals[1:], strict=False))
         out[name] = round(moved / (vals[-1][0] - vals[0][0]), 3)
         out[key.replace("_total", "")] = round(moved, 2)
+    return out
+
+
+def rate_series(records: list[dict[str, Any]]) -> dict[str, tuple[list[float], list[float]]]:
+    """Spill and restore MB/s over time (``spill``/``restore``: times, rates) for the pictures.
+
+    Ray exports its counters every 2 s (``RAY_metrics_report_interval_ms`` on the local
+    target), so one sample per 2 s is used, or the rates alternate between 0 and twice the
+    truth; a counter that went down (a raylet restarted) counts as nothing moved."""
+    per_2s: dict[int, dict[str, Any]] = {}
+    for r in records:
+        if r.get("kind") == "sample" and r.get("spill_total_mb") is not None:
+            per_2s.setdefault(int(r["t"] // 2), r)
+    samples = [per_2s[k] for k in sorted(per_2s)]
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    for key, name in (("spill_total_mb", "spill"), ("restore_total_mb", "restore")):
+        ts, rates = [], []
+        for a, b in zip(samples, samples[1:], strict=False):
+            if a.get(key) is None or b.get(key) is None or b["t"] <= a["t"]:
+                continue
+            ts.append(float(b["t"]))
+            rates.append(round(max(0.0, b[key] - a[key]) / (b["t"] - a["t"]), 3))
+        out[name] = (ts, rates)
     return out
 
 

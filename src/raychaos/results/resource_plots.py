@@ -18,6 +18,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
+from raychaos.observe.resources import rate_series
 from raychaos.results.plots import EVENT_STYLES, WINDOW_COLOURS, _num
 
 __all__ = ["has_resource_data", "plot_ramp", "render_resources_png"]
@@ -29,16 +30,6 @@ def has_resource_data(records: list[dict[str, Any]]) -> bool:
                for r in records)
 
 
-def _rates(samples: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
-    ts, rates = [], []
-    for a, b in zip(samples, samples[1:], strict=False):
-        if a.get(key) is None or b.get(key) is None or b["t"] <= a["t"]:
-            continue
-        ts.append(b["t"])
-        rates.append(max(0.0, b[key] - a[key]) / (b["t"] - a["t"]))
-    return ts, rates
-
-
 def render_resources_png(records: list[dict[str, Any]], windows: dict[str, Any] | None = None,
                          title: str = "") -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -46,12 +37,6 @@ def render_resources_png(records: list[dict[str, Any]], windows: dict[str, Any] 
 
     samples = [r for r in records if r.get("kind") == "sample"
                and r.get("spill_total_mb") is not None]
-    # Ray exports its counters every 2 s (RAY_metrics_report_interval_ms, local target): one
-    # sample per 2 s, or the rates alternate between 0 and twice the truth
-    per_2s: dict[int, dict[str, Any]] = {}
-    for r in samples:
-        per_2s.setdefault(int(r["t"] // 2), r)
-    samples = [per_2s[k] for k in sorted(per_2s)]
     gpu = [r for r in records if r.get("kind") == "gpu"]
     loads = [r for r in records if r.get("kind") == "load"]
     fig = Figure(figsize=(11, 11), dpi=90)
@@ -65,9 +50,10 @@ def render_resources_png(records: list[dict[str, Any]], windows: dict[str, Any] 
                       label="object store used MB", color="#17becf")
         ax_store.plot(ts, [_num(r.get("spilled_mb")) for r in samples], label="spilled MB",
                       color="#9467bd", linestyle="--")
-        for key, label, colour in (("spill_total_mb", "spill MB/s", "#d62728"),
-                                   ("restore_total_mb", "restore MB/s", "#1f77b4")):
-            rt, rates = _rates(samples, key)
+        series = rate_series(samples)
+        for key, label, colour in (("spill", "spill MB/s", "#d62728"),
+                                   ("restore", "restore MB/s", "#1f77b4")):
+            rt, rates = series[key]
             ax_rate.plot(rt, rates, label=label, color=colour)
     ax_store.set_ylabel("MB")
     ax_rate.set_ylabel("MB/s")
