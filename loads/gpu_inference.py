@@ -4,7 +4,8 @@ Why: GPU nodes are the expensive, scarce part of a Ray cluster; when one is drai
 queues behind the survivors, and fractional ``num_gpus`` packing can leave capacity allocated but
 idle. Each task asks ``--gpu-fraction`` of a GPU (logical: no real GPU is needed), spends
 ``--io-ms`` holding it idle (fetching a batch, like a real loader) and ``--work-ms`` busy
-(a CPU spin standing in for the kernel). ``--in-flight`` tasks are kept submitted.
+(a CPU spin standing in for the kernel, or ``--busy sleep``). ``--in-flight`` tasks are kept
+submitted, on the nodes ``--selector`` (Ray node labels, JSON) admits.
 
 Stats (see ``_stats.py``): ``count`` is tasks finished in that second, latency is submit to
 result, plus ``queue_p50_ms``/``queue_p95_ms``/``queue_max_ms`` (submit to task start: time spent
@@ -18,6 +19,7 @@ sat idle). Run as a Ray job or by hand::
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -30,12 +32,16 @@ from _stats import SecondStats, percentile  # noqa: E402
 
 
 @ray.remote(max_retries=3)
-def infer(submitted_at: float, io_s: float, work_s: float) -> tuple[float, float, float]:
+def infer(submitted_at: float, io_s: float, work_s: float, spin: bool = True
+          ) -> tuple[float, float, float]:
     started = time.time()
     time.sleep(io_s)
-    spin_until = time.perf_counter() + work_s
-    while time.perf_counter() < spin_until:
-        pass
+    if spin:
+        spin_until = time.perf_counter() + work_s
+        while time.perf_counter() < spin_until:
+            pass
+    else:  # the kernel runs on the (logical) GPU: the CPU is free meanwhile
+        time.sleep(work_s)
     return started - submitted_at, time.time() - started, work_s
 
 
@@ -82,21 +88,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--io-ms", type=float, default=20.0, help="idle time holding the GPU")
     parser.add_argument("--work-ms", type=float, default=30.0, help="busy time on the GPU")
     parser.add_argument("--timeout", type=float, default=60.0, help="a slower task is a failure")
+    parser.add_argument("--busy", choices=["spin", "sleep"], default="spin",
+                        help="work as a CPU spin, or asleep (GPU work leaves the CPU free)")
+    parser.add_argument("--selector", default="", help='node labels, JSON: {"k": "v"}')
     parser.add_argument("--name", default="gpu_inference", help="load name in the stats lines")
     args = parser.parse_args(argv)
 
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False)
     stats = GpuSecondStats(args.name)
-    task = infer.options(num_gpus=args.gpu_fraction, num_cpus=0)
+    place = {"label_selector": json.loads(args.selector)} if args.selector else {}
+    task = infer.options(num_gpus=args.gpu_fraction, num_cpus=0, **place)
     pending: dict[ray.ObjectRef, float] = {}
     start = time.monotonic()
     next_sample = 0.0
     while time.monotonic() - start < args.duration:
         while len(pending) < args.in_flight:
-            pending[task.remote(time.time(), args.io_ms / 1e3, args.work_ms / 1e3)] = (
-                time.monotonic()
-            )
+            pending[task.remote(time.time(), args.io_ms / 1e3, args.work_ms / 1e3,
+                                args.busy == "spin")] = time.monotonic()
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.05)
         for ref in ready:
             t0 = pending.pop(ref)

@@ -18,6 +18,10 @@ Run it as a Ray job (``raychaos`` does), or by hand::
     python task_storm.py --duration 30 --rate 200
 
 It stops by itself after ``--duration`` seconds, so a forgotten job cannot run forever.
+
+``--ramp START,STEP,STEP_S,STEPS`` raises the rate step by step instead (``raychaos ramp``):
+START tasks/s for STEP_S seconds, then START+STEP, ... for STEPS steps, then it holds the last
+rate; every stats line carries ``offered``, the rate asked for in that second.
 """
 
 from __future__ import annotations
@@ -50,8 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task-ms", type=float, default=0.0, help="each task sleeps this long")
     parser.add_argument("--spread", action="store_true",
                         help="place tasks round the nodes (SPREAD), so they cross links")
+    parser.add_argument("--ramp", default="", metavar="START,STEP,STEP_S,STEPS",
+                        help="raise the rate step by step (overrides --rate)")
     parser.add_argument("--name", default="task_storm", help="load name in the stats lines")
     args = parser.parse_args(argv)
+    ramp = [float(x) for x in args.ramp.split(",")] if args.ramp else []
 
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False)
     stats = SecondStats(args.name)
@@ -64,14 +71,19 @@ def main(argv: list[str] | None = None) -> int:
     next_at = start  # the pace: one task every 1/rate s, never a catch-up burst
     while time.monotonic() - start < args.duration:
         now = time.monotonic()
-        if args.rate > 0:
+        rate = args.rate
+        if ramp:
+            step = min(int((now - start) // ramp[2]), int(ramp[3]) - 1)
+            rate = ramp[0] + step * ramp[1]
+            stats.extra["offered"] = rate
+        if rate > 0:
             next_at = max(next_at, now - 0.1)  # at most 100 ms of missed pace carried over
-        due = args.rate <= 0 or now >= next_at
+        due = rate <= 0 or now >= next_at
         if due and len(pending) < args.in_flight:
             pending[task.remote(submitted, sleep_s)] = time.monotonic()
             submitted += 1
-            next_at += 1.0 / args.rate if args.rate > 0 else 0.0
-            if args.rate <= 0 or time.monotonic() >= next_at:
+            next_at += 1.0 / rate if rate > 0 else 0.0
+            if rate <= 0 or time.monotonic() >= next_at:
                 continue
         if pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.05)

@@ -10,6 +10,8 @@
     raychaos report RESULTS_DIR
     raychaos compare RUN_A RUN_B [--tolerance F]
     raychaos history RESULTS_ROOT [--tolerance F] [-o FILE]
+    raychaos ramp EXPERIMENT [--trials N]
+    raychaos review MANIFEST... | --live KIND[/NAME] [--namespace N] [--head-restart-s S]
     raychaos list
 
 Exit codes: 0 every check passed; 1 an SLO, probe or the hypothesis failed, or the system did
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -156,6 +159,12 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--tolerance", type=float, default=0.2,
                    help="relative worsening against the run before that counts as a regression")
     h.add_argument("-o", "--output", help="the HTML page (default: RESULTS_ROOT/history.html)")
+
+    from raychaos.run.ramp import add_ramp_parser
+    from raychaos.run.review import add_review_parser
+
+    add_ramp_parser(sub, _positive_int)
+    add_review_parser(sub)
 
     sub.add_parser("list", help="list the experiments in experiments/")
     return p
@@ -379,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
             return _history(args)
         if args.command == "list":
             return _list()
+        if args.command in ("ramp", "review"):
+            handler: Callable[[argparse.Namespace], int] = args.handler
+            return handler(args)
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)

@@ -206,12 +206,34 @@ class FakeTarget:
         return [] if lost else [{"job_id": j, "submission_id": j, "dead": False}
                                 for j in self.jobs]
 
+    def review_objects(self) -> list[dict[str, Any]]:
+        return [{"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                 "metadata": {"name": "fake", "namespace": "fake"},
+                 "spec": {"headGroupSpec": {"rayStartParams": {"num-cpus": "0"}},
+                          "workerGroupSpecs": []}}]
+
+    def node_storage(self) -> list[dict[str, Any]]:
+        shm = (self.applied.get("dev_shm") or {}).get("size_mb")
+        return [{"node": f"worker-{i + 1}", "observed": True, "object_store_mb": 150.0,
+                 "shm_mb": shm if shm and i == 0 else 1024.0,
+                 "on_shm": not (shm and shm < 150 and i == 0),
+                 "plasma_directory": "/tmp/fake" if shm and shm < 150 and i == 0
+                 else "/dev/shm"} for i in range(len(self.worker_ids))]
+
     # --- jobs --------------------------------------------------------------------------------
     def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
                    on_driver_node: bool = True, metadata: dict[str, str] | None = None) -> str:
         job_id = f"fakejob_{len(self.jobs) + 1}"
         name = entrypoint.split("--name", 1)[1].split()[0] if "--name" in entrypoint else job_id
         lines: list[str] = []
+        if "object_store_ballast.py" in entrypoint:  # holds until stopped, says so once
+            mb = float(entrypoint.split("--mb", 1)[1].split()[0])
+            self.jobs[job_id] = {"entry": entrypoint, "name": "ballast", "last": time.time(),
+                                 "oneshot": False, "ballast": True, "lines": [
+                                     "RAYCHAOS_BALLAST " + json.dumps(
+                                         {"held_mb": mb, "blocks": 1, "node_id": "01" * 14})]}
+            self.calls.append(("submit_job", entrypoint))
+            return job_id
         if "sentinel.py" in entrypoint:
             state = dict(self.sentinel)
             lost = self.lose_workers and self.head_pid > 1000
@@ -240,7 +262,7 @@ class FakeTarget:
         job = self.jobs.get(job_id)
         if job is None:
             return []
-        if job["oneshot"]:
+        if job["oneshot"] or job.get("ballast"):
             out, job["lines"] = job["lines"], []
             return list(out)
         now = time.time()
@@ -325,6 +347,10 @@ class FakeTarget:
         self.cut.clear()
         self.calls.append(("restore_network", None))
         return {"undone": True}
+
+    def resize_dev_shm(self, *, nodes: list[str], size_mb: float,
+                       record: dict[str, Any]) -> dict[str, Any]:
+        return self._apply("dev_shm", record, nodes=list(nodes), size_mb=size_mb)
 
     def undo(self, record: dict[str, Any]) -> dict[str, Any]:
         kind = (record.get("undo") or {}).get("kind")

@@ -222,3 +222,33 @@ def test_the_monitor_writes_a_sample_every_beat_while_the_target_blocks(run):
     assert len(blocked) >= 15, "unanswered questions are written as down, on time"
     assert all("no answer" in x["gcs_error"] for x in blocked)
     assert samples[-1]["gcs_up"], "and the monitor saw the answers again"
+
+
+def test_press_object_store_is_a_job_undone_by_stopping_it(run):
+    from raychaos.faults.resources import press_object_store
+
+    r = run()
+    ev = press_object_store(mb=64, selector={"raychaos.io/node": "worker-1"}, timeout_s=5)
+    assert ev["landed"] and ev["held_mb"] == 64
+    [record] = r.ledger.faults
+    assert record["undo"] == {"kind": "stop_job", "job_id": ev["job_id"]}
+    assert "--selector" in r.target.jobs[ev["job_id"]]["entry"]
+    assert undo_all()["undone"] == ["f1"]
+    assert r.target.job_status(ev["job_id"]) == "STOPPED"
+    assert r.ledger.faults[0]["undo_result"]["status"] == "STOPPED"
+
+
+def test_resize_dev_shm_and_the_probe_that_names_the_trap(run):
+    from raychaos.faults.resources import resize_dev_shm
+    from raychaos.probes.resources import dev_shm_check
+
+    r = run()
+    assert dev_shm_check(bench_s=0)["shm_backed_ratio"] == 1.0
+    ev = resize_dev_shm(nodes=["worker-1"], size_mb=64)
+    assert ev["landed"] and r.ledger.faults[0]["undo"] == {"kind": "dev_shm"}
+    check = dev_shm_check(bench_s=0)
+    assert check["trapped"] == ["worker-1"] and check["shm_backed_ratio"] == 0.5
+    assert "on disk: its /dev/shm has 64 MB" in check["nodes"]["worker-1"]["ray_did"]
+    assert [p["verdict"] for p in r.probes] == ["pass", "fail"]
+    undo_all()
+    assert dev_shm_check(bench_s=0)["trapped"] == []

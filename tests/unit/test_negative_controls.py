@@ -151,7 +151,47 @@ CONTROLS: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
             {"t": 5.0, "kind": "signals", "health_check_failures": 2}, *_chaos([
                 {"kind": "signals", "health_check_failures": 5}]),
             {"t": 25.0, "kind": "signals", "health_check_failures": 5}])),
+    "spill_mb_per_s": ("the working set no longer fits: the store spills 50 MB/s", lambda: _judge(
+        "spill_mb_per_s", "<=", 10, _counters("spill_total_mb", 50.0))),
+    "restore_mb_per_s": ("spilled objects are read back 40 MB/s (thrash)", lambda: _judge(
+        "restore_mb_per_s", "<=", 10, _counters("restore_total_mb", 40.0))),
+    "gpu_stranded_capacity_frac": ("0.6-GPU tasks leave 0.4 of every card free while demand "
+                                   "pends", lambda: _judge(
+                                       "gpu_stranded_capacity_frac", "<=", 0.2, _gpu(
+                                           stranded=0.8, fragmented=True))),
+    "gpu_pending_demand_s": ("GPU demand pends beside free fragments for 10 s", lambda: _judge(
+        "gpu_pending_demand_s", "<=", 2, _gpu(stranded=0.8, fragmented=True))),
+    "gpu_task_idle_frac": ("GPU tasks hold their GPUs while they wait on restored inputs",
+                           lambda: _judge("gpu_task_idle_frac", "<=", 0.3, _gpu(
+                               stranded=1.6, idle_held=1.6))),
+    "shm_backed_ratio": ("/dev/shm smaller than the object store: Ray put it on disk",
+                         lambda: _judge("shm_backed_ratio", ">=", 1.0, [
+                             *_loads(lambda s: {}),
+                             {"t": 15.0, "kind": "storage", "shm_backed_ratio": 0.5, "nodes": {
+                                 "head": {"on_shm": True}, "worker-1": {"on_shm": False}}}])),
+    "ramp_knee": ("the head breaks at a lower offered load", lambda: _judge(
+        "ramp_knee", ">=", 400, [], [{"name": "ramp_knee", "verdict": "pass",
+                                      "evidence": {"knee": 100.0, "broke_at": 200.0}}])),
 }
+
+
+def _counters(key: str, mb_per_s: float) -> Records:
+    """Samples whose cumulative ``key`` grows ``mb_per_s`` while the fault is on."""
+    return sorted(_loads(lambda s: {}) + [
+        {"t": t + 0.5, "kind": "sample", "gcs_up": True, "spill_total_mb": 0.0,
+         "restore_total_mb": 0.0, key: mb_per_s * min(10.0, max(0.0, t - 10))}
+        for t in range(30)], key=lambda r: r["t"])
+
+
+def _gpu(stranded: float, fragmented: bool = False, idle_held: float = 0.0) -> Records:
+    """One ``gpu`` record a second: 2 GPUs, 1.6 held by the storm, ``stranded`` of them lost
+    while the fault is on."""
+    def rec(t: float, hurt: bool) -> dict[str, Any]:
+        load = {"held": 1.6, "idle_held": idle_held if hurt else 0.0, "capacity": 2.0,
+                "stranded": stranded if hurt else 0.0, "fragmented": fragmented and hurt}
+        return {"t": t, "kind": "gpu", "gpus_total": 2.0, "loads": {"storm": load}}
+    return sorted(_loads(lambda s: {}) + [rec(t + 0.5, 10 <= t < 20) for t in range(30)],
+                  key=lambda r: r["t"])
 
 
 def _abort(metric: str, above: float, records: Records, now: float) -> str | None:

@@ -8,6 +8,8 @@ is defined once. ``producer`` says where the value comes from:
 - ``probe:<name>``: the evidence of that probe (``evidence_key`` names the field);
 - ``loads``: the loads' per-second stats records over the SLO's window;
 - ``monitor``: the monitor's samples over the window (object store, spill).
+- ``gpu`` / ``storage``: the resource watch's ``kind: gpu`` / ``kind: storage`` records over the
+  window (:mod:`raychaos.observe.watch`; the session starts it when an SLO names one of these).
 
 ``live`` metrics are computed from the timeline while the run goes on (``abort_if``).
 """
@@ -23,7 +25,7 @@ __all__ = ["LIVE_METRICS", "METRICS", "Metric", "SLO_METRICS", "probe_of"]
 @dataclass(frozen=True)
 class Metric:
     name: str
-    unit: str  # "s", "ms", "ratio", "count", "MB", "bool", "tasks/s"
+    unit: str  # "s", "ms", "ratio", "count", "MB", "MB/s", "bool", "tasks/s"
     better: Literal["lower", "higher"]
     producer: str
     description: str
@@ -84,6 +86,23 @@ _ALL = [
            "node IDs the GCS began to list DEAD in the window (false or not)"),
     Metric("health_check_failures", "count", "lower", "monitor",
            "health checks of raylets the GCS saw fail in the window (its own log lines)"),
+    Metric("spill_mb_per_s", "MB/s", "lower", "monitor",
+           "mean rate at which objects were spilled to disk in the window (all nodes)"),
+    Metric("restore_mb_per_s", "MB/s", "lower", "monitor",
+           "mean rate at which spilled objects were restored from disk in the window"),
+    Metric("gpu_stranded_capacity_frac", "ratio", "lower", "gpu",
+           "of the GPU-seconds of the nodes a load ran on (all nodes without load:), the share "
+           "held by tasks waiting on their inputs or left free while its GPU demand pended"),
+    Metric("gpu_pending_demand_s", "s", "lower", "gpu",
+           "seconds GPU demand was pending while GPU capacity sat free (fragmented) beside it"),
+    Metric("gpu_task_idle_frac", "ratio", "lower", "gpu",
+           "share of held GPU-seconds whose task reported it was waiting (RUNNING_IN_RAY_GET)"),
+    Metric("shm_backed_ratio", "ratio", "higher", "storage",
+           "lowest share, at any moment of the window, of object stores Ray kept in /dev/shm "
+           "(the rest it moved to disk)"),
+    Metric("ramp_knee", "tasks/s", "higher", "probe:ramp_knee",
+           "the last offered load of a ramp that kept p95, failures and throughput in bounds",
+           "knee"),
     Metric("error_ratio", "ratio", "lower", "loads",
            "failures / (count + failures) of the loads over the last for_s seconds",
            slo=False, live=True),

@@ -20,6 +20,28 @@ NONEMPTY = {"nonempty": True}
 
 
 @dataclass(frozen=True)
+class SpillDiskSpec:
+    """Each worker's object spill directory on a filesystem of its own (a loop device).
+
+    Needs root and per-node namespaces. ``write_mbps``/``read_mbps`` slow it with the kernel's
+    block-I/O throttle (cgroup v1 ``blkio.throttle``; this kernel has no cgroup v2 ``io``
+    controller nor device-mapper, see experiments/README.md); ``cold_cache`` drops spilled
+    files from the page cache so restores read the disk, as in a pod whose page cache is
+    reclaimed under its memory limit.
+    """
+
+    size_mb: int = field(default=0, metadata={"min": 0, "max": 65536})  # 0: Ray's default
+    write_mbps: float = field(default=0.0, metadata={"min": 0, "max": 100000})  # 0: full speed
+    read_mbps: float = field(default=0.0, metadata={"min": 0, "max": 100000})
+    cold_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if (self.write_mbps or self.read_mbps) and not self.size_mb:
+            raise ValueError("write_mbps/read_mbps need a disk of its own "
+                             "(set size_mb, e.g. 1024)")
+
+
+@dataclass(frozen=True)
 class LocalClusterSpec:
     """The embedded cluster: a head and workers as real ``ray start --block`` processes."""
 
@@ -31,6 +53,8 @@ class LocalClusterSpec:
     head_cpus: int = field(default=0, metadata={"min": 0, "max": 64})
     memory_mb: int = field(default=1024, metadata={"min": 256})
     object_store_mb: int = field(default=150, metadata={"min": 80})
+    shm_mb: int | None = field(default=None, metadata={"min": 1})  # None: memory_mb
+    spill_disk: SpillDiskSpec = field(default_factory=SpillDiskSpec)
     driver_slots: int = field(default=4, metadata={"min": 1, "max": 64})
     gcs_storage: Literal["rocksdb", "redis", "none"] = "rocksdb"
     redis_address: str | None = None
@@ -83,6 +107,24 @@ class TargetSpec:
 
 
 @dataclass(frozen=True)
+class RampSpec:
+    """Offered load raised step by step (``raychaos ramp``): the load gets ``--ramp
+    START,STEP,STEP_S,STEPS`` and reports the rate it is offering (``offered``) in each line.
+
+    The knee is the last step that held; a step breaks when its p95 passes ``p95_ms`` (default:
+    the SLO profile's ``p95_latency_ms`` bound, else 250), its failure ratio passes
+    ``failure_ratio``, or it completes less than ``min_achieved`` of what was offered."""
+
+    start: float = field(default=100.0, metadata={"min": 0.1})
+    step: float = field(default=100.0, metadata={"min": 0.1})
+    step_s: float = field(default=8.0, metadata={"min": 2, "max": 3600})
+    steps: int = field(default=10, metadata={"min": 2, "max": 1000})
+    p95_ms: float | None = field(default=None, metadata={"min": 0})
+    failure_ratio: float = field(default=0.01, metadata={"min": 0, "max": 1})
+    min_achieved: float = field(default=0.9, metadata={"min": 0, "max": 1})
+
+
+@dataclass(frozen=True)
 class LoadSpec:
     """One load that runs for the whole experiment."""
 
@@ -96,11 +138,14 @@ class LoadSpec:
     workers: int = field(default=0, metadata={"min": 0, "max": 64})
     host: str | None = None  # "serve": the deployed Serve app; default: the Ray dashboard
     serve_app: str | None = None  # "module:attr" in loads/, deployed before the load starts
+    ramp: RampSpec | None = None  # ray_job loads that take --ramp (task_storm)
 
 
 @dataclass(frozen=True)
 class MonitorSpec:
     interval_s: float = field(default=0.2, metadata={"min": 0.05, "max": 0.2})
+    gpu: bool = False  # sample GPU stranding (observe/watch.py); on when an SLO needs it
+    storage: bool = False  # sample where each object store lives; on when an SLO needs it
     settle_s: float = field(default=5.0, metadata={"min": 0, "max": 600})
     recovery_window_s: float = field(default=10.0, metadata={"min": 0, "max": 3600})
 

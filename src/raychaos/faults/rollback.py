@@ -19,6 +19,28 @@ from raychaos.targets.base import Target
 
 __all__ = ["undo_all", "undo_ledger"]
 
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED", "MISSING")
+
+
+def _undo(target: Target, record: dict[str, Any]) -> dict[str, Any]:
+    """A fault that is a Ray job (``undo.kind == "stop_job"``) is undone the same way on every
+    target: stop the job and wait until it has ended; anything else is the target's."""
+    undo = record.get("undo") or {}
+    if undo.get("kind") != "stop_job":
+        return target.undo(record)
+    job_id = undo.get("job_id")
+    if not job_id:
+        return {"undone": True, "note": "the job was never submitted"}
+    target.stop_job(job_id)
+    deadline = time.monotonic() + 30
+    status = target.job_status(job_id)
+    while status not in TERMINAL and time.monotonic() < deadline:
+        time.sleep(0.5)
+        status = target.job_status(job_id)
+    if status not in TERMINAL:
+        raise RollbackFailed(f"job {job_id} is still {status} 30 s after it was stopped")
+    return {"undone": True, "job_id": job_id, "status": status}
+
 
 def undo_ledger(ledger: Ledger, target: Target, timeline: Timeline | None = None) -> dict[str, Any]:
     """Undo each outstanding record of ``ledger`` on ``target``; idempotent."""
@@ -28,7 +50,7 @@ def undo_ledger(ledger: Ledger, target: Target, timeline: Timeline | None = None
             timeline.event(Ev.ROLLBACK_START, record["fault"], id=record["id"],
                            lasting=record.get("lasting", True))
         try:
-            result = target.undo(record)
+            result = _undo(target, record)
         except NotRecovered as exc:
             unrecovered.append(record["id"])
             ledger.update(record, state="not_recovered", not_recovered=str(exc))

@@ -26,6 +26,7 @@ from raychaos.catalog import stats_format
 from raychaos.config.metrics import METRICS, probe_of
 from raychaos.config.settings import SloProfile, SloSpec
 from raychaos.observe.loadstats import aggregate, load_end, load_names, series, time_back
+from raychaos.observe.resources import RESOURCE_METRICS, resource_metric
 from raychaos.observe.signals import MONITOR_METRICS, monitor_metric
 from raychaos.observe.windows import windows
 
@@ -163,6 +164,8 @@ def metric_value(slo: SloSpec, records: list[dict[str, Any]], wins: Wins,
         return _from_probe(slo, probes)
     if producer == "loads":
         return _from_loads(slo, records, wins)
+    if slo.metric in RESOURCE_METRICS:  # spill rates, stranded GPUs, /dev/shm
+        return resource_metric(slo.metric, records, wins, slo.window, slo.load)
     return _from_monitor(slo, records, wins)
 
 

@@ -27,6 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from raychaos.observe.resources import rate_series
 from raychaos.results.plots import load_series
 from raychaos.results.regions import regions
 
@@ -271,6 +272,18 @@ def timeline_figure(records: list[dict[str, Any]], windows: dict[str, Any] | Non
                        [_finite(r.get("object_store_used_mb")) for r in store], 0, unit=" MB"),
                 _trace("spilled", st, [_finite(r.get("spilled_mb")) for r in store], 0,
                        dash="dash", unit=" MB")]))
+        rates = rate_series(samples)  # the spill sawtooth: what moved to and from disk
+        if any(rates["spill"][1]) or any(rates["restore"][1]):
+            panels.append(("MB/s", [_trace(f"{k} MB/s", *rates[k], 0, unit=" MB/s", dash=d)
+                                    for k, d in (("spill", "solid"), ("restore", "dot"))]))
+    gpu = [r for r in records if r.get("kind") == "gpu" and _finite(r.get("t")) is not None]
+    if gpu:  # the resource watch: GPUs held and stranded per load
+        gt = [float(r["t"]) for r in gpu]
+        names = sorted({n for r in gpu for n in r.get("loads", {})})
+        panels.append(("GPUs held", [
+            _trace(f"{n} {key}", gt, [_finite(r.get("loads", {}).get(n, {}).get(key))
+                                      for r in gpu], 0, dash=dash)
+            for n in names for key, dash in (("held", "solid"), ("stranded", "dash"))]))
     loads = load_series(records)
     if loads:
         def per_load(key: str, unit: str, dash: str = "solid", suffix: str = ""

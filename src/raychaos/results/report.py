@@ -226,7 +226,8 @@ def _target_text(target: dict[str, Any]) -> str:
 
 
 def render_html(view: RunView, png: bytes | None,
-                recovery: dict[str, Any] | None = None) -> str:
+                recovery: dict[str, Any] | None = None,
+                resources_png: bytes | None = None) -> str:
     """The report page for ``view``; ``png`` is the timeline image to embed (or None);
     ``recovery`` the run's :func:`~raychaos.observe.recovery.recovery_figures` (or None)."""
     s = view.summary
@@ -268,12 +269,28 @@ def render_html(view: RunView, png: bytes | None,
 mouse reads every panel at that moment. Red bands: faults (start to the end of their effect);
 purple: rollbacks.</small></p>
 {plot}
+{_resources_section(s, resources_png)}
 <h2>Errors</h2>{''.join(f'<pre>{esc(e)}</pre>' for e in errors) or '<p>None.</p>'}
 <h2>Events</h2>{_event_rows(view.events)}
 <p><small>raychaos report, built {esc(fmt_time(_now()))}</small></p>
 {plotly_loader()}
 </body></html>
 """
+
+
+def _resources_section(s: dict[str, Any], png: bytes | None) -> str:
+    """The spill/GPU picture and the preflight review's findings, when the run has them."""
+    out = ""
+    if png:
+        out += ('<h2>Resources</h2><img alt="resources" src="data:image/png;base64,'
+                + base64.b64encode(png).decode("ascii") + '">')
+    findings = [f for f in (s.get("review") or {}).get("findings", [])
+                if f.get("severity") != "info"]
+    if findings:
+        out += "<h2>Review</h2><ul>" + "".join(
+            f"<li><b>{esc(f['severity'])}</b> {esc(f['rule'])}: {esc(f['message'])} "
+            f"(see <code>{esc(f['experiment'])}</code>)</li>" for f in findings) + "</ul>"
+    return out
 
 
 def _now() -> float:
@@ -287,6 +304,7 @@ def build_report(run_dir: str | Path) -> Path:
     raises ``FileNotFoundError`` only when ``run_dir`` is not a directory.
     """
     from raychaos.results.plots import render_timeline_png
+    from raychaos.results.resource_plots import has_resource_data, render_resources_png
 
     run = Path(run_dir)
     if not run.is_dir():
@@ -295,8 +313,12 @@ def build_report(run_dir: str | Path) -> Path:
     title = str(view.summary.get("experiment") or run.name)
     png = render_timeline_png(view.records, view.summary.get("windows") or {}, title)
     (run / "timeline.png").write_bytes(png)
+    extra = None
+    if has_resource_data(view.records):  # spill rates, stranded GPUs: resources.png
+        extra = render_resources_png(view.records, view.summary.get("windows") or {}, title)
+        (run / "resources.png").write_bytes(extra)
     out = run / "report.html"
     recovery = recovery_figures(view.records) if any(
         e.get("event") == "fault_start" for e in view.events) else None
-    out.write_text(render_html(view, png, recovery), encoding="utf-8")
+    out.write_text(render_html(view, png, recovery, extra), encoding="utf-8")
     return out

@@ -3,7 +3,8 @@
 The method's fault actions run for real — their own argument checks, node and pod selection,
 safety refusals — against a target whose mutation gate records every create, patch, delete,
 eviction and exec instead of sending it. Reads do happen (that is how selection is checked);
-nothing that changes the cluster does.
+nothing that changes the cluster does. The preflight resilience review of the RayCluster
+(:func:`~raychaos.run.resources.preflight_review`) is printed first, as a run would record it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from raychaos.config.experiment import Experiment
 from raychaos.context import Run, activate, deactivate
 from raychaos.errors import RaychaosError
 from raychaos.results.store import Clock, Ledger, Timeline
+from raychaos.run.resources import preflight_review
 
 __all__ = ["kubernetes_plan"]
 
@@ -30,6 +32,7 @@ def kubernetes_plan(exp: Experiment) -> str:
     target.connect()
     lines = [f"dry run against RayCluster {target.cluster!r} in namespace {target.ns}: "
              "mutating calls are recorded, not sent"]
+    preflight_review(target, lambda message, essential=False, phase=False: lines.append(message))
     with tempfile.TemporaryDirectory() as tmp:
         clock = Clock()
         timeline = Timeline(Path(tmp) / "timeline.jsonl", clock)

@@ -36,8 +36,12 @@ class LoadSet:
         for load in run.settings.loads:
             script = resolve_path(load.script, self.experiment.path.parent).resolve()
             if load.kind == "ray_job":
+                ramp = load.ramp
+                ramp_args = ["--ramp", f"{ramp.start:g},{ramp.step:g},{ramp.step_s:g},"
+                                       f"{ramp.steps}"] if ramp else []
                 entry = " ".join(["python", shlex.quote(script.name),
-                                  *map(shlex.quote, load.args), "--name", shlex.quote(load.name)])
+                                  *map(shlex.quote, [*load.args, *ramp_args]),
+                                  "--name", shlex.quote(load.name)])
                 job_id = run.target.submit_job(entry, working_dir=str(script.parent),
                                                on_driver_node=load.on_driver_node,
                                                metadata={"raychaos_run": run.run_id})

@@ -31,11 +31,13 @@ from raychaos.errors import RaychaosError
 from raychaos.faults.rollback import undo_ledger
 from raychaos.observe.abort import AbortWatch
 from raychaos.observe.monitor import Monitor
+from raychaos.observe.watch import ResourceWatch
 from raychaos.results.redact import redact_text
 from raychaos.results.store import Clock, Ev, Ledger, Timeline, new_run_dir, write_json_atomic
 from raychaos.run.console import RunConsole, open_console
 from raychaos.run.loads import LoadSet
 from raychaos.run.progress import Progress, Say, Ticker, verdict_table
+from raychaos.run.resources import preflight_review, start_watch
 from raychaos.run.stopping import StopSwitch
 from raychaos.run.verdict import early_summary, mark_journal, summarize
 from raychaos.targets import make_target
@@ -72,6 +74,7 @@ class Session:
         self.run: Run | None = None
         self.target: Target | None = None
         self.monitor: Monitor | None = None
+        self.watch: ResourceWatch | None = None  # GPU stranding, object-store placement
         self.loads: LoadSet | None = None
         self.lock: RunLock | None = None
         self.started_cluster = False
@@ -107,16 +110,20 @@ class Session:
             timeline.event(Ev.LOCK_TAKEN_OVER, "stale", holder=self.lock.taken_over)
         for _where, func, args in fault_activities(exp):  # selectors need the live cluster
             target.preflight(func, args)
+        review = preflight_review(target, self.say)  # findings go to the summary
         ledger = Ledger(self.run_dir / "ledger.json", run_id, target.describe())
         run = Run(run_id=run_id, run_dir=self.run_dir, settings=settings, target=target,
                   clock=clock, timeline=timeline, ledger=ledger, title=exp.title,
                   slo_profile=exp.slo_profile, stopping=self.switch.stopped)
         self.run = run
+        if review is not None:
+            run.extras["review"] = review
         activate(run)
         self.say(f"results: {self.run_dir}", essential=True)
         self.monitor = Monitor(target, timeline, clock, settings.monitor.interval_s,
                                jobs=lambda: dict(run.jobs))
         self.monitor.start()
+        self.watch = start_watch(exp, run)
         self.loads = LoadSet(exp, run, self.monitor, self.say)
         self.loads.start()
         if settings.sentinel:
@@ -253,6 +260,8 @@ class Session:
                 self.loads.stop()
             if self.monitor:
                 self.monitor.stop()
+            if self.watch is not None:
+                self.watch.stop()
             summary = summarize(self.experiment, run, journal, status, errors, self.reason,
                                 self.monitor)
             write_json_atomic(run.run_dir / "summary.json", summary)

@@ -214,6 +214,7 @@ def summarize(experiment: Experiment, run: Run, journal: dict[str, Any] | None, 
                     **{k: (figures or {}).get(k) for k in ("outage_max_gap_s",
                                                            "outage_samples_per_s")}},
         "slo_profile": str(experiment.slo_path) if experiment.slo_path else None,
+        "review": run.extras.get("review"),  # the preflight resilience review
         "failures": [c["message"] for c in checks if c["verdict"] == "fail"],
         "errors": [c["message"] for c in checks if c["verdict"] == "error"],
         "notes": notes,

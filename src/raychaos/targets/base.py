@@ -23,7 +23,7 @@ __all__ = ["FAULTS", "NodeInfo", "Observation", "Refusal", "RunLock", "Target"]
 
 #: The fault mechanics a target implements, by the Chaos Toolkit action that drives them.
 FAULTS = ("kill_head", "drain_gpu_nodes", "throttle_registry_pulls", "saturate_network",
-          "inject_rpc_failures", "slow_gcs", "blackout")
+          "inject_rpc_failures", "slow_gcs", "blackout", "resize_dev_shm")
 
 Refusal = tuple[str, str]  # (argument, why this target cannot honour it)
 
@@ -199,6 +199,18 @@ class Target(Protocol):
         """Every job the GCS knows (``job_id``, ``submission_id``, ``dead``), finished ones too."""
         ...
 
+    def review_objects(self) -> list[dict[str, Any]]:
+        """The cluster as Kubernetes objects for the resilience review (:mod:`raychaos.review`):
+        the RayCluster (RayJob, RayService), its namespace's PDBs and its pods. A target that is
+        not on Kubernetes describes itself as the RayCluster KubeRay would run."""
+        ...
+
+    def node_storage(self) -> list[dict[str, Any]]:
+        """Per node: ``node``, ``object_store_mb``, ``shm_mb``, ``plasma_directory`` (where Ray
+        put the object store), ``on_shm``, ``spill_directory``; ``observed`` is False where
+        the target cannot look inside its nodes."""
+        ...
+
     # --- jobs --------------------------------------------------------------------------------
     def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
                    on_driver_node: bool = True, metadata: dict[str, str] | None = None) -> str:
@@ -264,6 +276,12 @@ class Target(Protocol):
 
     def restore_network(self, record: dict[str, Any]) -> dict[str, Any]:
         """End every cut the record names; idempotent (also the record's undo)."""
+        ...
+
+    def resize_dev_shm(self, *, nodes: list[str], size_mb: float,
+                       record: dict[str, Any]) -> dict[str, Any]:
+        """Restart ``nodes`` with a /dev/shm of ``size_mb``; evidence: where Ray put the object
+        store before and after (and whether the node came up at all)."""
         ...
 
     def undo(self, record: dict[str, Any]) -> dict[str, Any]:

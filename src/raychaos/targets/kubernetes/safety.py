@@ -120,5 +120,8 @@ NEUTRAL: dict[str, Any] = {"latency_ms": 0.0, "error_rate": 0.0, "loss_pct": 0.0
 
 def unsupported(fault: str, args: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(argument, why) for each argument of ``fault`` the Kubernetes target cannot honour."""
+    if fault == "resize_dev_shm":
+        return [("", "the kubernetes target does not roll pods onto another /dev/shm; "
+                     "`raychaos review` checks the RayCluster's shared-memory sizeLimit")]
     return [(arg, why) for arg, why in UNSUPPORTED.get(fault, {}).items()
             if arg in args and args[arg] != NEUTRAL.get(arg)]

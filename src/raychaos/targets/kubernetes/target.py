@@ -31,6 +31,7 @@ from raychaos.targets.kubernetes import head as k8s_head
 from raychaos.targets.kubernetes import network as k8s_network
 from raychaos.targets.kubernetes import rayfaults
 from raychaos.targets.kubernetes import registry as k8s_registry
+from raychaos.targets.kubernetes import review as k8s_review
 from raychaos.targets.kubernetes import undo as k8s_undo
 from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.events import pod_changes, pull_events
@@ -269,6 +270,16 @@ class KubernetesTarget:
 
     (gcs_call_ms, node_resources, raylet_alive, node_env, ray_log_counts, network_counters,
      job_history, restart_with_env, cut_network, restore_network) = rayfaults.METHODS
+
+    def review_objects(self) -> list[dict[str, Any]]:  # the RayCluster, PDBs, pods
+        return k8s_review.live_objects(self._api(), self.ns, self.raycluster)
+
+    def node_storage(self) -> list[dict[str, Any]]:  # not observed in pods: review reads specs
+        return [{"node": p["metadata"]["name"], "observed": False} for p in self._handle().pods()]
+
+    def resize_dev_shm(self, *, nodes: list[str], size_mb: float,
+                       record: dict[str, Any]) -> dict[str, Any]:
+        raise ConfigError("resize_dev_shm: refused on the kubernetes target (see refusals)")
 
     def dashboard_url(self) -> str:
         return self._handle().dashboard.url

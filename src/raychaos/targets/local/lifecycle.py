@@ -4,7 +4,8 @@
 label), creates their network namespaces, starts the supervisor (:mod:`.supervisor`) that runs
 them, and waits until every node is ALIVE in the GCS. ``down`` ends every process the cluster
 started — by recorded PID and by an environment-marker sweep (SIGKILLed raylets leave agents
-orphaned) — and removes its namespaces, links and folders. Nothing here calls ``ray stop``.
+orphaned) — and removes its namespaces, links, spill disks (mounts, loop devices, throttles)
+and folders. Nothing here calls ``ray stop``.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from typing import Any
 
 from raychaos.config.settings import LocalClusterSpec
 from raychaos.errors import TargetUnavailable
+from raychaos.targets.local import storage
 from raychaos.targets.local.cluster import LocalCluster
 from raychaos.targets.local.network.pods import netns_supported
-from raychaos.targets.local.nodes import find_marked, kill_tree, wait_gone
+from raychaos.targets.local.nodes import NodePlan, find_marked, kill_tree, wait_gone
 from raychaos.targets.local.plan import plan_nodes
 
 __all__ = ["choose_mode", "down", "leftovers", "up"]
@@ -65,6 +67,7 @@ def up(cluster: LocalCluster, spec: LocalClusterSpec, say: Callable[[str], None]
             for plan in plans:
                 cluster.net.ensure_node(plan.name, plan.index)
         cluster.write(desired)
+        _attach_disks(cluster, spec, plans, desired)
         say(f"starting local cluster '{spec.name}' ({mode} mode): head + {spec.workers} "
             f"workers, {spec.gpu_workers} with GPUs")
         with open(cluster.state_dir / "supervisor.log", "ab") as log:
@@ -79,6 +82,27 @@ def up(cluster: LocalCluster, spec: LocalClusterSpec, say: Callable[[str], None]
     except BaseException:
         down(cluster)
         raise
+
+
+def _attach_disks(cluster: LocalCluster, spec: LocalClusterSpec, plans: list[NodePlan],
+                  desired: dict[str, Any]) -> None:
+    """Each worker's spill disk, recorded in cluster.json before each step (down undoes it)."""
+    disk = spec.spill_disk
+    if not disk.size_mb:
+        return
+    if not any(p.spill_dir for p in plans):
+        raise TargetUnavailable("target.local.spill_disk needs per-node namespaces (netns "
+                                "mode, as root); this cluster runs in host mode")
+    desired["disks"] = []
+    for plan in plans:
+        if not plan.spill_dir:
+            continue
+        record: dict[str, Any] = {"node": plan.name, "cold_cache": disk.cold_cache}
+        desired["disks"].append(record)
+        storage.attach_spill_disk(cluster.state_dir / "disks" / f"{plan.name}.img",
+                                  Path(plan.node_dir) / "spill", disk.size_mb,
+                                  disk.write_mbps, disk.read_mbps, record,
+                                  lambda: cluster.write(desired))
 
 
 def _wait_all_alive(cluster: LocalCluster, want: int, timeout: float,
@@ -119,19 +143,24 @@ def down(cluster: LocalCluster) -> dict[str, Any]:
         killed += kill_tree(proc.pid)
     left = wait_gone(killed, timeout=10)
     plans = cluster.plans()
+    storage_left = storage.release_disks((cluster.desired() or {}).get("disks") or [],
+                                         cluster.state_dir)
     cluster.net.destroy()
     for plan in plans:
         shutil.rmtree(plan.mount_point, ignore_errors=True)
     shutil.rmtree(cluster.state_dir, ignore_errors=True)
     cluster.close()
-    return {"killed": sorted(set(killed)), "left": left}
+    return {"killed": sorted(set(killed)), "left": left + storage_left}
 
 
 def leftovers(cluster: LocalCluster) -> dict[str, list[Any]]:
     """What of this cluster still exists on the machine (empty lists after ``down``)."""
     return {"processes": [p.pid for p in find_marked(cluster.name)],
             "namespaces": cluster.net.namespaces(), "links": cluster.net.links(),
-            "state_dir": [str(cluster.state_dir)] if cluster.state_dir.exists() else []}
+            # the state folder, and any spill-disk mount or loop device made from it
+            "state_dir": ([str(cluster.state_dir)] if cluster.state_dir.exists() else [])
+            + [str(d.get("mount") or d.get("loop"))
+               for d in storage.leftover_storage(cluster.state_dir)]}
 
 
 def _src_path() -> str:

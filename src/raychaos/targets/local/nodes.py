@@ -3,7 +3,8 @@
 A node is one ``ray start --block`` process. With per-node namespaces it runs as PID 1 of its
 own PID and mount namespace inside its own network namespace: it sees only its own processes and
 its own ``/tmp/rc-<tag>`` (a bind mount of its folder), exactly as a container would, and killing
-it (``unshare --kill-child``) takes every process of the node with it, agents included. Every
+it (``unshare --kill-child``) takes every process of the node with it, agents included. A pod
+also gets its own ``/dev/shm`` and spill directory (:mod:`.storage`). Every
 process also carries ``RAYCHAOS_NODE=<cluster>/<node>`` in its environment, so a sweep can find
 anything a crash left behind. Nothing here ever calls ``ray stop``.
 """
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
+from raychaos.targets.local.storage import shm_mount
 
 __all__ = ["MARKER", "NodePlan", "find_child", "find_marked", "kill_tree", "pid_alive",
            "process_matches", "start_node", "wait_gone"]
@@ -48,6 +51,8 @@ class NodePlan:
     resources: dict[str, float] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    shm_bytes: int = 0  # the pod's own /dev/shm (a tmpfs); 0: the host's
+    spill_dir: str = ""  # --object-spilling-directory as the pod sees it; "": Ray's default
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,6 +73,8 @@ def _ray_args(plan: NodePlan, gcs_address: str) -> list[str]:
                  "--include-dashboard", "true"]
     else:
         args += ["--address", gcs_address]
+    if plan.spill_dir:
+        args += ["--object-spilling-directory", plan.spill_dir]
     if plan.labels:
         args += ["--labels", json.dumps(plan.labels)]
     if plan.resources:
@@ -111,10 +118,14 @@ def start_node(plan: NodePlan, cluster: str, gcs_address: str, log_path: Path
     ray_cmd = _ray_args(plan, gcs_address)
     if plan.netns:
         Path(plan.mount_point).mkdir(parents=True, exist_ok=True)
+        # --rbind: the node folder's own mounts (a spill disk) come along into the pod
+        steps = ['mount --rbind "$0" "$1"']
+        if plan.shm_bytes:
+            steps.append(shm_mount(plan.shm_bytes))  # the pod's own /dev/shm, as on Kubernetes
         cmd = ["ip", "netns", "exec", plan.netns,
                "unshare", "--mount", "--pid", "--fork", "--mount-proc",
                "--kill-child=SIGKILL", "--propagation", "private", "--",
-               "sh", "-c", 'mount --bind "$0" "$1" && shift && exec "$@"',
+               "sh", "-c", " && ".join([*steps, 'shift && exec "$@"']),
                str(node_dir), plan.mount_point, *ray_cmd]
     else:
         cmd = ray_cmd

@@ -18,10 +18,11 @@ from raychaos.config.settings import LocalClusterSpec
 from raychaos.targets.local.network.pods import PodNetwork
 from raychaos.targets.local.nodes import NodePlan
 
-__all__ = ["plan_nodes", "DRIVER_RESOURCE", "GPU_LABEL"]
+__all__ = ["plan_nodes", "DRIVER_RESOURCE", "GPU_LABEL", "NODE_LABEL"]
 
 DRIVER_RESOURCE = "raychaos_driver"
 GPU_LABEL = "raychaos.io/node-group"
+NODE_LABEL = "raychaos.io/node"  # the pod's name: loads pin work to one node with it
 
 
 def _free_port() -> int:
@@ -52,6 +53,9 @@ def plan_nodes(spec: LocalClusterSpec, state_dir: Path, net: PodNetwork,
         if not head:
             env["RAY_gcs_rpc_server_reconnect_timeout_s"] = str(
                 int(spec.worker_reconnect_timeout_s))
+        # spill counters and the GCS's own CPU/memory every 2 s, not Ray's default 10 s: the
+        # timeline needs them at the resolution of a spill burst
+        env["RAY_metrics_report_interval_ms"] = "2000"
         if mode == "netns":
             ip, netns = net.address(index), net.netns(name)
             mount = f"/tmp/rc-{net.tag}"
@@ -73,11 +77,14 @@ def plan_nodes(spec: LocalClusterSpec, state_dir: Path, net: PodNetwork,
             gpus=spec.gpus_per_gpu_worker if gpu else 0.0,
             memory_bytes=spec.memory_mb * mb,
             object_store_bytes=spec.object_store_mb * mb,
-            labels={} if head else {GPU_LABEL: "gpu" if gpu else "cpu"},
+            labels={} if head else {GPU_LABEL: "gpu" if gpu else "cpu", NODE_LABEL: name},
             # drivers (and the sentinel) go to CPU workers when there are any: a drained or
             # preempted GPU node must not take the load's own driver with it
             resources={DRIVER_RESOURCE: float(spec.driver_slots)}
             if not head and (not gpu or spec.gpu_workers == spec.workers) else {},
-            ports=ports, env=env))
+            ports=ports, env=env,
+            shm_bytes=(spec.shm_mb or spec.memory_mb) * mb if mode == "netns" else 0,
+            spill_dir=f"{mount}/spill" if mode == "netns" and not head
+            and spec.spill_disk.size_mb else ""))
     return plans
 

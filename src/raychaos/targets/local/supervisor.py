@@ -10,7 +10,10 @@ nodes) against reality every 0.2 s:
 - before a node starts, its image is "pulled" when ``image`` is configured (see the registry fault);
 - a node starts with its entry's ``extra_env`` on top of its plan's (Ray's fault flags, see
   :mod:`.nodeenv`);
-- workers start one at a time, after the head answers (parallel starts time out on 2 cores).
+- workers start one at a time, after the head answers (parallel starts time out on 2 cores);
+- once a second it drops spilled objects from the page cache of spill disks marked
+  ``cold_cache`` (:mod:`.storage`), so restores read the (slow) disk as a pod under a memory
+  limit would.
 
 It writes ``status.json`` (PIDs, incarnations, exits) after every change. On SIGTERM it kills
 every node it started and exits; ``LocalTarget.down`` then sweeps for anything left.
@@ -29,6 +32,7 @@ from typing import Any
 
 from raychaos.results.store import write_json_atomic
 from raychaos.targets.local.nodes import NodePlan, kill_tree, start_node, wait_gone
+from raychaos.targets.local.storage import sweep_page_cache
 
 TICK_S = 0.2
 
@@ -39,6 +43,7 @@ class Supervisor:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.status: dict[str, Any] = {"supervisor_pid": _pid(), "nodes": {}, "events": []}
         self.stopping = False
+        self._next_sweep = 0.0
 
     # --- state files -----------------------------------------------------------------------
     def desired(self) -> dict[str, Any]:
@@ -110,6 +115,11 @@ class Supervisor:
                     changed = True
         if changed:
             self.save()
+        if time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + 1.0
+            for disk in cluster.get("disks") or []:
+                if disk.get("cold_cache") and disk.get("mounted"):
+                    sweep_page_cache(str(disk["mount"]))
 
     def _starting_other(self, name: str) -> bool:
         return any(e.get("state") == "starting" and n != name and n != "head"

@@ -23,10 +23,11 @@ from raychaos.config.settings import LocalClusterSpec
 from raychaos.errors import ConfigError, NothingMatched, RollbackFailed, TargetUnavailable
 from raychaos.results.redact import redact_text
 from raychaos.targets.base import NodeInfo, Observation, Refusal, RunLock
-from raychaos.targets.local import drain, head, lifecycle, nodeenv
+from raychaos.targets.local import drain, head, lifecycle, nodeenv, shmfault
 from raychaos.targets.local.cluster import LocalCluster, default_state_root
 from raychaos.targets.local.errors import ray_errors
 from raychaos.targets.local.jobs import LocalJobs
+from raychaos.targets.local.manifest import as_raycluster
 from raychaos.targets.local.network import blackout as netcut
 from raychaos.targets.local.network import faults as netfaults
 from raychaos.targets.local.network.pods import PodNetwork, netns_supported
@@ -35,8 +36,9 @@ from raychaos.targets.local.registry import fault as registry
 
 __all__ = ["LocalTarget", "default_state_root"]
 
-NETNS_FAULTS = ("throttle_registry_pulls", "saturate_network", "blackout")
-NODE_FAULTS = ("saturate_network", "blackout", "inject_rpc_failures")  # take ``nodes``
+NETNS_FAULTS = ("throttle_registry_pulls", "saturate_network", "blackout", "resize_dev_shm")
+NODE_FAULTS = ("saturate_network", "blackout", "inject_rpc_failures",  # take ``nodes``
+               "resize_dev_shm")
 
 
 class LocalTarget:
@@ -225,6 +227,15 @@ class LocalTarget:
         with ray_errors(f"GCS of local cluster '{self.spec.name}'"):
             return self.cluster.admin().jobs(timeout)
 
+    def review_objects(self) -> list[dict[str, Any]]:
+        plans = self.cluster.plans()
+        if not plans:
+            return []
+        return [as_raycluster(self.spec, plans, redact_text(self.spec.redis_address or ""))]
+
+    def node_storage(self) -> list[dict[str, Any]]:
+        return shmfault.storage_facts(self.cluster)
+
     # --- jobs --------------------------------------------------------------------------------
     def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
                    on_driver_node: bool = True, metadata: dict[str, str] | None = None) -> str:
@@ -285,6 +296,11 @@ class LocalTarget:
     def restore_network(self, record: dict[str, Any]) -> dict[str, Any]:
         return netcut.restore_network(self.cluster, record)
 
+    def resize_dev_shm(self, *, nodes: list[str], size_mb: float,
+                       record: dict[str, Any]) -> dict[str, Any]:
+        return shmfault.resize_dev_shm(self.cluster, nodes=nodes, size_mb=size_mb,
+                                       record=record)
+
     def measure_transfer(self, src: str, dst: str, seconds: float = 1.5) -> dict[str, Any]:
         return netfaults.measure_transfer(self.cluster, src, dst, seconds)
 
@@ -308,4 +324,6 @@ class LocalTarget:
             return netcut.restore_network(self.cluster, record)
         if kind == "node_env":
             return nodeenv.undo_node_env(self.cluster, undo)
+        if kind == "dev_shm":
+            return shmfault.undo_resize_dev_shm(self.cluster, undo)
         raise RollbackFailed(f"local target cannot undo {kind!r} (record {record.get('id')})")
