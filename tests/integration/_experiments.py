@@ -28,19 +28,23 @@ def method_args(data: dict[str, Any], func: str) -> dict[str, Any]:
 
 
 NOTHING_LEFT = {"processes": [], "namespaces": [], "links": [], "state_dir": []}
+WARM = "itwarm"  # the one local cluster the integration modules share (conftest.warm_cluster)
 
 
-def module_cluster(tmp_path_factory: Any, name: str) -> Iterator[tuple[Any, Path]]:
-    """A module's shared local cluster; always torn down, and the teardown proves nothing is
-    left (processes, namespaces, links, folders)."""
-    from raychaos.config.settings import LocalClusterSpec
-    from raychaos.targets.local.target import LocalTarget
+def module_cluster(warm: tuple[Any, Path], keep_serve: bool = False
+                   ) -> Iterator[tuple[Any, Path]]:
+    """A module's view of the shared warm cluster: restored and proven clean before the module
+    (what a run does before it reuses a cluster), and proven clean after it — no fault left,
+    every node ALIVE with its totals, no job running — without restoring anything, so a module
+    that leaves something behind fails here instead of passing it on. A Serve application an
+    earlier module left is removed unless the module wants it (``keep_serve``: it reuses it)."""
+    from raychaos.run.serve import retire_serve
+    from raychaos.targets.local import warm as warm_cluster
 
-    root = tmp_path_factory.mktemp("state")
-    target = LocalTarget(LocalClusterSpec(name=name, head_restart_delay_s=1), state_root=root)
-    try:
-        target.up()
-        yield target, root
-    finally:
-        target.down()
-        assert target.leftovers() == NOTHING_LEFT
+    target, root = warm
+    target.ensure_up(lambda _msg: None)
+    target.run_lock().release()  # the module's runs take it themselves
+    if not keep_serve:
+        retire_serve(target)
+    yield target, root
+    warm_cluster.prove_clean(target.cluster, target.jobs, timeout=120)

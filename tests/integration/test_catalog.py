@@ -1,4 +1,4 @@
-"""Every experiment of the catalog runs end to end on a real local cluster (one per module).
+"""Every experiment of the catalog runs end to end on a real local cluster (the shared one).
 
 Each run must prove its fault landed (ledger evidence), end with nothing applied (every ledger
 record undone), and reach the verdict its SLOs give; one run gets an impossible SLO and must exit 1
@@ -13,16 +13,16 @@ import pytest
 
 from raychaos.run.runner import run_experiment_file
 
-from ._experiments import REPO, module_cluster, raychaos_block, variant
+from ._experiments import REPO, WARM, module_cluster, raychaos_block, variant
 
-NAME = "itcat"
+NAME = WARM
 CATALOG = ["gpu-node-drain", "registry-throttle", "network-saturation", "head-kill-slow-registry",
            "shuffle-under-head-kill"]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    yield from module_cluster(tmp_path_factory, NAME)
+def cluster(warm_cluster):
+    yield from module_cluster(warm_cluster)
 
 
 def _run(name, cluster, tmp_path, slo=None):

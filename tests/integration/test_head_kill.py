@@ -1,7 +1,7 @@
 """The head-kill experiment end to end on a real local Ray cluster, both kill modes.
 
-One cluster for the module (Ray nodes are slow to start on 2 cores); it is torn down even when a
-test fails, and the teardown proves nothing is left behind.
+The integration tier's shared cluster (Ray nodes are slow to start on 2 cores), proven clean
+before and after the module; the second run reuses the Serve application the first deployed.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import pytest
 
 from raychaos.run.runner import run_experiment_file
 
-from ._experiments import REPO, method_args, module_cluster, raychaos_block, variant
+from ._experiments import REPO, WARM, method_args, module_cluster, raychaos_block, variant
 
-NAME = "ithk"
+NAME = WARM
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    yield from module_cluster(tmp_path_factory, NAME)
+def cluster(warm_cluster):
+    yield from module_cluster(warm_cluster, keep_serve=True)
 
 
 def test_cluster_is_pods_with_a_gpu_worker(cluster):

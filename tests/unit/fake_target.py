@@ -5,8 +5,9 @@ faults, the probes and the monitor run unchanged against it: a head whose GCS go
 ``outage_s`` when killed and comes back as a new incarnation (or never, with
 ``head_comes_back=False``), workers that stay ALIVE (or are lost with ``lose_workers``), jobs
 whose driver logs carry one stats line per second (``job_rate`` completions, ``job_failures``
-failures), the sentinel actor's job, drains and network faults that record what they changed and
-undo it. ``calls`` lists every method call, for assertions.
+failures), the sentinel actor's jobs (the watcher answering once a second while the GCS is up,
+silent once its driver is lost with the workers; the one-off check), drains and network faults
+that record what they changed and undo it. ``calls`` lists every method call, for assertions.
 
 Run an experiment against it from a subprocess with
 ``RAYCHAOS_TARGET_FACTORY=tests.unit.fake_target:from_spec``.
@@ -137,6 +138,14 @@ class FakeTarget:
         job_id = f"fakejob_{len(self.jobs) + 1}"
         name = entrypoint.split("--name", 1)[1].split()[0] if "--name" in entrypoint else job_id
         lines: list[str] = []
+        if "sentinel.py watch" in entrypoint:  # the long-lived watcher: answers every second
+            self.jobs[job_id] = {"entry": entrypoint, "name": name, "watch": True, "check": 0,
+                                 "lines": [SENTINEL + json.dumps({
+                                     "found": True, "reachable": True, **self.sentinel,
+                                     "ts": time.time(), "check": 0})],
+                                 "last": time.time(), "oneshot": False}
+            self.calls.append(("submit_job", entrypoint))
+            return job_id
         if "sentinel.py" in entrypoint:
             state = dict(self.sentinel)
             lost = self.lose_workers and self.head_pid > 1000
@@ -153,7 +162,12 @@ class FakeTarget:
             return "MISSING"
         if job["oneshot"]:
             return "SUCCEEDED"
+        if job.get("watch") and self._watcher_lost():
+            return "FAILED"  # its driver died with the workers
         return "RUNNING" if not job.get("stopped") else "STOPPED"
+
+    def _watcher_lost(self) -> bool:
+        return self.lose_workers and self.head_pid > 1000
 
     def stop_job(self, job_id: str) -> None:
         if job_id in self.jobs:
@@ -167,6 +181,17 @@ class FakeTarget:
             out, job["lines"] = job["lines"], []
             return list(out)
         now = time.time()
+        if job.get("watch"):
+            out, job["lines"] = job["lines"], []
+            while job["last"] + 1 <= now and not job.get("stopped"):
+                job["last"] += 1
+                if not self._up() or self._watcher_lost():
+                    continue  # a lookup blocks while the GCS is down; a dead driver is silent
+                job["check"] += 1
+                out.append(SENTINEL + json.dumps({"found": True, "reachable": True,
+                                                  **self.sentinel, "ts": job["last"],
+                                                  "check": job["check"]}))
+            return out
         out = []
         while job["last"] + 1 <= now and not job.get("stopped"):
             job["last"] += 1

@@ -52,7 +52,9 @@ class Ev:
     - ``probe``: a probe recorded its verdict (``detail.verdict``);
     - ``abort``: an ``abort_if`` condition held (``name``: the reason);
     - ``monitor_error``: a sampler or poller call failed (``detail.error``); the run goes on;
-    - ``lock_taken_over``: a stale run lock was taken over (``detail.holder``).
+    - ``lock_taken_over``: a stale run lock was taken over (``detail.holder``);
+    - ``recovery_window``: the recovery window ended (``name``: ``back at baseline`` or
+      ``bound``; ``detail``: waited_s, bound_s, per-load seconds back).
     """
 
     PHASE = "phase"
@@ -70,6 +72,7 @@ class Ev:
     ABORT = "abort"
     MONITOR_ERROR = "monitor_error"
     LOCK_TAKEN_OVER = "lock_taken_over"
+    RECOVERY_WINDOW = "recovery_window"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -125,12 +128,14 @@ class Clock:
 
 
 class Timeline:
-    """Append-only JSON lines, flushed per record; thread safe."""
+    """Append-only JSON lines, flushed per record; thread safe. :meth:`wait` lets a reader
+    (a probe waiting for recovery) wake up on the next record instead of sleeping blind."""
 
     def __init__(self, path: Path, clock: Clock):
         self.path = path
         self.clock = clock
         self._lock = threading.Lock()
+        self._written = threading.Condition(self._lock)
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
     def write(self, kind: str, t: float | None = None, **fields: Any) -> dict[str, Any]:
@@ -141,7 +146,13 @@ class Timeline:
             if not self._fh.closed:
                 self._fh.write(line + "\n")
                 self._fh.flush()
+            self._written.notify_all()
         return record
+
+    def wait(self, timeout: float) -> bool:
+        """Block until the next record is written (True) or ``timeout`` passes (False)."""
+        with self._lock:
+            return self._written.wait(timeout)
 
     def event(self, event: str, name: str = "", **detail: Any) -> dict[str, Any]:
         return self.write("event", event=event, name=name, detail=detail)

@@ -110,19 +110,24 @@ def run_trials(experiment: str | Path, trials: int, *, slo: str | None = None,
     Runs go to ``<results_root>/<utc>-<slug>-trials/``, next to ``trials.json``
     (:func:`raychaos.compare.summarize_trials`); the distribution table is printed. Every trial
     runs even when one fails — the pass rate is the point — but an interrupted or invalid run
-    ends the series. The folder is None when the experiment did not load.
+    ends the series. The folder is None when the experiment did not load. Every trial runs on
+    the cluster the first one found or started (:class:`raychaos.run.warm.WarmSeries`); with
+    ``keep_cluster=False`` it is taken down after the last trial, not after each.
     """
     from raychaos.results.compare import format_trials, summarize_trials
+    from raychaos.run.warm import WarmSeries
 
     run = run or _default_run()
     folder = new_run_dir(results_root, f"{slugify(Path(experiment).stem)}-trials")
     codes: list[int] = []
     run_dirs: list[str | Path] = []
+    series = WarmSeries(keep_cluster, state_root, say)  # one cluster for every trial
     try:
         for i in range(trials):
             say(f"trial {i + 1}/{trials}: {experiment}")
             outcome = run(experiment, slo=slo, results_root=folder, state_root=state_root,
-                          keep_cluster=keep_cluster, quiet=quiet)
+                          keep_cluster=True, quiet=quiet)
+            series.ran(experiment, outcome)
             codes.append(outcome.exit_code)
             if outcome.run_dir is None:  # bad input: nothing ran, nothing will
                 if not any(folder.iterdir()):
@@ -134,6 +139,8 @@ def run_trials(experiment: str | Path, trials: int, *, slo: str | None = None,
                 break
     except KeyboardInterrupt:
         codes.append(2)
+    finally:
+        series.finish()
     if run_dirs:
         summary = summarize_trials(run_dirs)
         (folder / "trials.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")

@@ -60,6 +60,21 @@ class LocalJobs:
         except Exception:
             return None
 
+    def active_jobs(self) -> list[dict[str, str]]:
+        """Every job not finished yet (PENDING, RUNNING), whoever submitted it; raise
+        TargetUnavailable when the Jobs API does not answer."""
+        from raychaos.errors import TargetUnavailable
+
+        try:
+            found = self._jobs().list_jobs()
+        except Exception as exc:
+            self._job_client = None
+            raise TargetUnavailable(f"local cluster '{self.cluster.name}': the Jobs API does "
+                                    f"not answer ({type(exc).__name__})") from exc
+        return [{"job_id": str(j.submission_id or j.job_id), "status": str(j.status.value),
+                 "entrypoint": str(j.entrypoint)} for j in found
+                if str(j.status.value) in ("PENDING", "RUNNING")]
+
     def stop_job(self, job_id: str) -> None:
         try:
             self._jobs().stop_job(job_id)
