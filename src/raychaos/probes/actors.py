@@ -52,7 +52,7 @@ def _state(lines: list[str]) -> dict[str, Any] | None:
 
 def create_sentinel(target: Target, timeout: float = 120.0) -> dict[str, Any]:
     """Create the sentinel with a one-off job and return its state (no watcher)."""
-    status, lines = run_job(target, "python sentinel.py create", timeout)
+    status, lines = run_job(target, "python sentinel.py create", timeout, until=PREFIX)
     state = _state(lines)
     if status != "SUCCEEDED" or not state or not state.get("reachable"):
         raise ProbeFailed(f"could not create the sentinel actor (job {status}); "
@@ -142,7 +142,7 @@ def sentinel_preserved(timeout_s: Annotated[float, Range(0, 3600)] = 120.0) -> d
     checked_by = "watcher"
     if after is None:
         checked_by = "job"
-        status, lines = run_job(run.target, "python sentinel.py check", timeout_s)
+        status, lines = run_job(run.target, "python sentinel.py check", timeout_s, until=PREFIX)
         after = _state(lines) or {"found": False, "job_status": status}
     evidence: dict[str, Any] = {
         "before": before, "after": after, "checked_by": checked_by,

@@ -60,7 +60,7 @@ def gcs_recovery(timeout_s: Annotated[float, Range(0, 3600)] = 180.0,
         done = figures["gcs_recovery_s"] is not None and figures["nodes_recovery_s"] is not None
         if done or time.monotonic() > deadline:
             break
-        time.sleep(0.5)
+        run.timeline.wait(0.5)  # the monitor's next sample
     last: dict[str, Any] = next((r for r in reversed(records) if r.get("kind") == "sample"),
                                 {})
     workers_after = set(last.get("alive_ids") or []) if last.get("gcs_up") else set()

@@ -76,7 +76,8 @@ def ensure_serve(target: Target, app: str) -> dict[str, object]:
             _get(f"{target.serve_url()}/healthz", 5.0)[0] == 200:
         return {"app": app, "name": name, "reused": True, "deployed": False}
     status, lines = run_job(target, f"python serve_deploy.py --app {shlex.quote(app)} "
-                                    f"--name {shlex.quote(name)}", timeout=300)
+                                    f"--name {shlex.quote(name)}", timeout=300,
+                            until="RAYCHAOS_SERVE")
     if status != "SUCCEEDED":
         raise TargetUnavailable(f"the Serve application {app} did not become ready "
                                 f"(job {status}): {' | '.join(lines[-3:])}")
