@@ -124,12 +124,32 @@ def summaries(results: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in found]
 
 
+def head_kill_detail(results: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """How the head came back: the fault's and the probe's figures, the operator's events."""
+    kill = next((f for f in summary.get("faults", []) if f.get("fault") == "kill_head"), None)
+    if kill is None:
+        return {}
+    ev = kill.get("evidence") or {}
+    gcs = next((p["evidence"] for p in summary.get("probes", [])
+                if p.get("name") == "gcs_recovery"), {})
+    at = ev.get("killed_at") or 0
+    events = []
+    for path in results.rglob("timeline.jsonl"):
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            if rec.get("kind") == "event" and rec.get("name") == "head" and at:
+                events.append(f"{rec['event']} +{rec['ts'] - at:.1f}s")
+    return {"head_back_s": ev.get("head_back_s"),
+            **{k: gcs.get(k) for k in ("gcs_first_answer_s", "gcs_recovery_s",
+                                       "nodes_recovery_s")}, "head_events": events}
+
+
 def one_run(tree: Path, exp: Path, work: Path, results: Path, *extra: str) -> dict[str, Any]:
     out = raychaos(tree, "run", str(exp), "--state-root", str(work / "state"), "--results",
                    str(results), *extra)
     [summary] = summaries(results)[-1:] or [{}]
     return {"code": out["code"], "wall_s": out["wall_s"], "verdict_s": verdict_at(out["lines"]),
-            "verdict": summary.get("verdict"),
+            "verdict": summary.get("verdict"), "head_kill": head_kill_detail(results, summary),
             "phases": summary.get("phases") or line_phases(out["lines"]),
             "phases_from": "summary" if summary.get("phases") else "progress lines",
             "tail": [text for _, text in out["lines"][-12:]], "lines": out["lines"]}
@@ -160,8 +180,8 @@ def scenario(tree: Path, which: str) -> dict[str, Any]:
         runs = summaries(work / "results")
         return {"code": out["code"], "wall_s": out["wall_s"],
                 "runs": [{"experiment": s.get("slug"), "verdict": s.get("verdict"),
-                          "duration_s": s.get("duration_s"), "phases": s.get("phases")}
-                         for s in runs],
+                          "duration_s": s.get("duration_s"), "phases": s.get("phases"),
+                          "errors": s.get("errors")} for s in runs],
                 "tail": [text for _, text in out["lines"][-8:]]}
     finally:
         raychaos(tree, "local", "down", "--name", NAME, *state)

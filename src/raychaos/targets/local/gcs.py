@@ -8,6 +8,7 @@ module of the local target that talks to Ray's GCS client; Ray errors become a
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 __all__ = ["GcsAnswer", "GcsNode", "GcsProbe"]
 
 STATES = {0: "ALIVE", 1: "DEAD"}
+JOB_INFO_PREFIX = "_ray_internal_job_info_"  # Ray's JobInfoStorageClient.JOB_DATA_KEY_PREFIX
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,24 @@ class GcsProbe:
                 labels={str(k): str(v) for k, v in dict(info.labels).items()},
                 draining=hexid in drain_ids))
         return GcsAnswer(True, nodes=nodes, latency_s=time.monotonic() - t0)
+
+    def job_status(self, submission_id: str, deadline_s: float = 1.0) -> str | None:
+        """A submitted job's status as the GCS holds it — the record the Jobs API itself reads
+        (internal KV, namespace ``job``), so it answers while the dashboard is still coming back
+        after a head restart. ``MISSING`` when the GCS has no such job; None when it does not
+        answer."""
+        key = f"{JOB_INFO_PREFIX}{submission_id}".encode()
+        try:
+            raw = self._gcs_client().internal_kv_get(key, b"job", timeout=deadline_s)
+        except Exception:  # noqa: BLE001 - a Ray error is an answer: "down"
+            self._client = None
+            return None
+        if raw is None:
+            return "MISSING"
+        try:
+            return str(json.loads(raw)["status"])
+        except (ValueError, KeyError, TypeError):
+            return None
 
     def drain(self, node_id: str, reason: str, message: str, deadline_ms: int,
               timeout: float = 10.0) -> tuple[bool, str | None]:

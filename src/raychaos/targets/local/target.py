@@ -84,7 +84,7 @@ class LocalTarget:
             if not diffs:
                 restored = warm.restore(self.cluster, self.jobs, self.spec)
                 if restored:
-                    say(f"restored the local cluster '{self.spec.name}': removed "
+                    say(f"restored the local cluster '{self.spec.name}': "
                         + "; ".join(restored))
                 proof = warm.prove_clean(self.cluster, self.jobs, say=say)
                 say(f"reusing local cluster '{self.spec.name}': {proof['nodes_alive']} nodes "

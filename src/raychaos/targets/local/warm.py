@@ -79,12 +79,12 @@ def restore(cluster: LocalCluster, jobs: LocalJobs, spec: LocalClusterSpec) -> l
             desired[key] = getattr(spec, key)
             changed = True
     if desired.pop("image", None) is not None:
-        done.append("the registry image (nodes pulled it on every start)")
+        done.append("removed the registry image (nodes pulled it on every start)")
         changed = True
     for entry in desired["nodes"]:
         if not entry.get("desired", True):
             entry.update(desired=True, replace_delay_s=2.0)
-            done.append(f"{entry['plan']['name']} marked not desired (a drain's)")
+            done.append(f"marked {entry['plan']['name']} desired again (a drain's)")
             changed = True
     if changed:
         cluster.write(desired)
@@ -94,7 +94,8 @@ def restore(cluster: LocalCluster, jobs: LocalJobs, spec: LocalClusterSpec) -> l
         active = []  # the proof asks again and names it
     for job in active:
         jobs.stop_job(job["job_id"])
-        done.append(f"job {job['job_id']} ({job['entrypoint'][:60]}) still {job['status']}")
+        done.append(f"stopped job {job['job_id']} ({job['entrypoint'][:48]}), still "
+                    f"{job['status']}")
     if desired.get("mode") == "netns":
         done += _sweep_network(cluster)
     done += _sweep_processes(cluster)
@@ -108,12 +109,12 @@ def _sweep_network(cluster: LocalCluster) -> list[str]:
                         (cluster.net.node_link(plan["index"]), plan["netns"])):
             kind = root_qdisc(dev, ns)
             if kind in OURS and del_root_qdisc(dev, ns, OURS):
-                done.append(f"{kind} qdisc on {ns or 'host'}/{dev}")
+                done.append(f"removed a {kind} qdisc on {ns or 'host'}/{dev}")
         if "raychaos" in nft_tables(plan["netns"]) and nft_table_del(plan["netns"]):
-            done.append(f"nft table raychaos in {name}")
+            done.append(f"removed nft table raychaos in {name}")
     kind = root_qdisc(cluster.net.bridge)
     if kind in OURS and del_root_qdisc(cluster.net.bridge, None, OURS):
-        done.append(f"{kind} qdisc on {cluster.net.bridge}")
+        done.append(f"removed a {kind} qdisc on {cluster.net.bridge}")
     return done
 
 
@@ -134,7 +135,7 @@ def _sweep_processes(cluster: LocalCluster) -> list[str]:
     done = []
     for pid, what in _our_processes(cluster):
         hit += kill_tree(pid)
-        done.append(f"{what} process {pid}")
+        done.append(f"ended {what} process {pid}")
     wait_gone(hit, timeout=5)
     return done
 
