@@ -30,6 +30,7 @@ from raychaos.run.serve import ensure_serve, retire_serve
 __all__ = ["LoadSet"]
 
 REPORT_TIMEOUT_S = 120.0
+STOP_GRACE_S = 3.0
 
 
 class LoadSet:
@@ -147,8 +148,9 @@ class LoadSet:
     def stop(self) -> None:
         run = self.run
         for proc in self.locusts:
-            try:
-                proc.stop()
+            try:  # Locust flushes its last second within a second of SIGTERM; one that does
+                # not (a request stuck on a slow Serve replica) must not hold the verdict up
+                proc.stop(grace_s=STOP_GRACE_S)
             except Exception as exc:  # noqa: BLE001 - keep stopping the rest
                 run.errors.append(f"stopping Locust: {exc}")
         for job_id in run.jobs.values():

@@ -261,6 +261,7 @@ class Session:
             self.phases.enter("loads_stop")
             if self.loads is not None:
                 self.loads.stop()
+            self.phases.enter("monitor_stop")
             if self.monitor:
                 self.monitor.stop()
             self.phases.enter("verdict")
