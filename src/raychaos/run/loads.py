@@ -103,7 +103,10 @@ class LoadSet:
             self.say(f"Serve application {app} is already deployed ({result['name']}): "
                      "reusing it")
         else:
-            self.say(f"deployed Serve application {app} ({result['name']})")
+            took = result.get("took") or {}
+            self.say(f"deployed Serve application {app} ({result['name']}; "
+                     + ", ".join(f"{k.removesuffix('_s')} {v:g}s" for k, v in took.items())
+                     + ")")
             self.run.extras["serve_app"] = app
         self.run.extras["serve"] = result
 

@@ -17,6 +17,7 @@ import json
 import shlex
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from raychaos.catalog import loads_dir
 from raychaos.errors import RaychaosError, TargetUnavailable
@@ -66,7 +67,7 @@ def deployed_apps(target: Target, timeout: float = 2.0) -> dict[str, str]:
     return {str(k): str(v) for k, v in routes.items()} if isinstance(routes, dict) else {}
 
 
-def ensure_serve(target: Target, app: str) -> dict[str, object]:
+def ensure_serve(target: Target, app: str) -> dict[str, Any]:
     """Have ``app`` serve ``/``; ``{"app", "name", "reused": bool, "deployed": bool}``.
 
     Reused when a proxy already routes ``/`` to this very application and its ``/healthz``
@@ -81,7 +82,13 @@ def ensure_serve(target: Target, app: str) -> dict[str, object]:
     if status != "SUCCEEDED":
         raise TargetUnavailable(f"the Serve application {app} did not become ready "
                                 f"(job {status}): {' | '.join(lines[-3:])}")
-    return {"app": app, "name": name, "reused": False, "deployed": True}
+    ready = next((line.split("RAYCHAOS_SERVE ", 1)[1] for line in reversed(lines)
+                  if "RAYCHAOS_SERVE " in line), "{}")
+    try:
+        took = json.loads(ready).get("took")
+    except ValueError:
+        took = None
+    return {"app": app, "name": name, "reused": False, "deployed": True, "took": took}
 
 
 def retire_serve(target: Target) -> bool:
