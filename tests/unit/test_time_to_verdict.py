@@ -103,7 +103,7 @@ def test_a_fake_run_reports_its_phases_and_asks_the_watcher(tmp_path: Path) -> N
     for name in ("target_up", "loads_up", "sentinel", "baseline", "action kill-head",
                  "probe gcs-recovery", "recovery_window", "verdict", "teardown"):
         assert name in phases, (name, phases)
-    assert abs(sum(phases.values()) - summary["duration_s"]) < 5
+    assert sum(phases.values()) >= summary["duration_s"] - 0.5, "the phases cover the run"
     lines = proc.stdout.strip().splitlines()
     assert lines[-1].startswith("verdict: PASS")
     assert any(line.startswith("phases: ") for line in lines[-6:]), lines[-6:]
