@@ -86,11 +86,9 @@ class SecondStats:
     def _roll(self) -> None:
         now_s = math.floor(time.time())
         with self._lock:
-            while now_s > self._second:
+            while now_s > self._second:  # every second of a stall gets its zero line
                 self._emit(self._second + 1)
                 self._second += 1
-                if now_s - self._second > 60:  # a long stall: emit one zero line, skip the rest
-                    self._second = now_s
 
     def _emit(self, ts: float) -> None:
         lat = sorted(self._lat)

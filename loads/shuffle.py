@@ -5,13 +5,18 @@ show up. Each round, ``--partitions`` map tasks each build a ``--block-mb`` bloc
 split it into one part per reducer; each part's checksum (sum mod 2**64) travels beside it as a
 separate small object. Each reducer checks every part it receives against its checksum, then the
 driver checks the reducer's output checksum against the sum of the map-side checksums. A mismatch
-is a ``checksum_errors`` count in the stats line; a part that cannot be fetched (lost, not
-reconstructed) is a failure. Either makes the run exit 1, so data loss can never pass silently.
+is a ``checksum_errors`` count in the stats line; an output that cannot be fetched (an input part
+lost and not reconstructed, a reducer that failed) is a ``lost_outputs`` count — and a failure.
+Either makes the run exit 1, so data loss can never pass silently (the
+``blocks_lost_or_corrupted`` metric adds the two up).
 
 ``--corrupt-one`` flips one element of one part *after* its checksum was taken (round 0, map 0,
-reducer 0): the test hook that proves detection works. Stats (see ``_stats.py``): ``count`` is
-reducer outputs verified per second, latency is round start to verified output, plus ``bytes``,
-``rounds`` and ``checksum_errors``. Run as a Ray job or by hand::
+reducer 0); ``--lose-one`` makes one map task (round 0, map 0) crash its worker process, with no
+retry — what a node loss does to a task whose outputs lived there — so every output of that
+round is really lost (``WorkerCrashedError`` on fetch): the test hooks that prove detection
+works. Stats (see ``_stats.py``): ``count`` is reducer outputs verified per second, latency is
+round start to verified output, plus ``bytes``, ``rounds``, ``checksum_errors`` and
+``lost_outputs``. Run as a Ray job or by hand::
 
     python shuffle.py --duration 30 --partitions 4 --block-mb 2
 """
@@ -39,7 +44,10 @@ def checksum(arr: np.ndarray) -> int:
 
 
 @ray.remote(max_retries=3)
-def map_block(round_no: int, map_no: int, partitions: int, elements: int, corrupt: bool):
+def map_block(round_no: int, map_no: int, partitions: int, elements: int, corrupt: bool,
+              crash: bool = False):
+    if crash:
+        os._exit(1)  # the worker process dies with the task: its outputs are lost
     rng = np.random.default_rng([round_no, map_no])
     block = rng.integers(0, 1 << 62, size=elements, dtype=np.uint64)
     parts = [np.ascontiguousarray(p) for p in np.array_split(block, partitions)]
@@ -62,9 +70,12 @@ def run_round(round_no: int, args, stats: SecondStats) -> tuple[int, int]:
     p = args.partitions
     elements = max(p, int(args.block_mb * 1024 * 1024 / 8))
     t0 = time.monotonic()
+    lose = args.lose_one and round_no == 0
     maps = [
-        map_block.options(num_returns=p + 1, num_cpus=args.task_cpus).remote(
-            round_no, m, p, elements, args.corrupt_one and round_no == 0 and m == 0
+        map_block.options(num_returns=p + 1, num_cpus=args.task_cpus,
+                          max_retries=0 if lose and m == 0 else 3).remote(
+            round_no, m, p, elements, args.corrupt_one and round_no == 0 and m == 0,
+            lose and m == 0,
         )
         for m in range(p)
     ]
@@ -73,6 +84,7 @@ def run_round(round_no: int, args, stats: SecondStats) -> tuple[int, int]:
     except Exception:  # a map whose checksums are lost: every reducer of the round fails
         for _ in range(p):
             stats.fail()
+        stats.add("lost_outputs", p)
         return 0, p
     reducers = [
         reduce_parts.options(num_cpus=args.task_cpus).remote(
@@ -86,6 +98,7 @@ def run_round(round_no: int, args, stats: SecondStats) -> tuple[int, int]:
             bad, out_sum, nbytes = ray.get(ref, timeout=args.timeout)
         except Exception:
             stats.fail()
+            stats.add("lost_outputs", 1)
             failures += 1
             continue
         want = sum(sums[m][r] for m in range(p)) & MASK
@@ -116,12 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task-cpus", type=float, default=0.25, help="num_cpus per task")
     parser.add_argument("--timeout", type=float, default=60.0, help="a slower get is a failure")
     parser.add_argument("--corrupt-one", action="store_true", help="test hook: corrupt one part")
+    parser.add_argument("--lose-one", action="store_true",
+                        help="test hook: one map task crashes, its outputs are lost")
     parser.add_argument("--name", default="shuffle", help="load name in the stats lines")
     args = parser.parse_args(argv)
 
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False)
-    stats = SecondStats(args.name, extra={"checksum_errors": 0})
+    stats = SecondStats(args.name, extra={"checksum_errors": 0, "lost_outputs": 0})
     start = time.monotonic()
     errors = failures = rounds = 0
     while time.monotonic() - start < args.duration and (args.rounds <= 0 or rounds < args.rounds):

@@ -2,8 +2,14 @@
 
 Submits no-op tasks continuously (at ``--rate`` per second, or as fast as it can with
 ``--rate 0``) with a bounded number in flight, retries each task as Ray would
-(``max_retries``), and prints one ``RAYCHAOS_STATS`` line per second (see ``_stats.py``):
+(``--max-retries``), and prints one ``RAYCHAOS_STATS`` line per second (see ``_stats.py``):
 completed tasks, failed tasks, and p50/p95/p99 submit-to-result latency.
+
+The rate is a pace, not a quota: submissions missed while the cluster stalled are **not** made
+up afterwards (a burst of catch-up submissions would hide the stall in the throughput). A task
+still pending after ``--timeout`` is cancelled and counted as failed. ``--task-ms`` makes each
+task sleep, so tasks are in flight on every node (what a node loss needs to hurt); with
+``--max-retries 0`` a task on a node that dies fails instead of moving.
 
 Run it as a Ray job (``raychaos`` does), or by hand::
 
@@ -25,8 +31,10 @@ import ray  # noqa: E402
 from _stats import SecondStats  # noqa: E402
 
 
-@ray.remote(num_cpus=0.01, max_retries=5, retry_exceptions=False)
-def noop(i: int) -> int:
+@ray.remote(num_cpus=0.01, retry_exceptions=False)
+def noop(i: int, sleep_s: float = 0.0) -> int:
+    if sleep_s:
+        time.sleep(sleep_s)
     return i
 
 
@@ -35,22 +43,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=600.0, help="seconds to run (cap)")
     parser.add_argument("--rate", type=float, default=0.0, help="tasks/s; 0 = as fast as it can")
     parser.add_argument("--in-flight", type=int, default=64, help="max tasks in flight")
-    parser.add_argument("--timeout", type=float, default=30.0, help="a task slower is a failure")
+    parser.add_argument("--timeout", type=float, default=10.0, help="a task slower is a failure")
+    parser.add_argument("--max-retries", type=int, default=5, help="Ray's max_retries per task")
+    parser.add_argument("--task-ms", type=float, default=0.0, help="each task sleeps this long")
     parser.add_argument("--name", default="task_storm", help="load name in the stats lines")
     args = parser.parse_args(argv)
 
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), log_to_driver=False)
     stats = SecondStats(args.name)
+    task = noop.options(max_retries=args.max_retries)
+    sleep_s = args.task_ms / 1000.0
     pending: dict[ray.ObjectRef, float] = {}
     start = time.monotonic()
     submitted = 0
+    next_at = start  # the pace: one task every 1/rate s, never a catch-up burst
     while time.monotonic() - start < args.duration:
         now = time.monotonic()
-        due = args.rate <= 0 or submitted < (now - start) * args.rate
+        if args.rate > 0:
+            next_at = max(next_at, now - 0.1)  # at most 100 ms of missed pace carried over
+        due = args.rate <= 0 or now >= next_at
         if due and len(pending) < args.in_flight:
-            pending[noop.remote(submitted)] = time.monotonic()
+            pending[task.remote(submitted, sleep_s)] = time.monotonic()
             submitted += 1
-            if args.rate <= 0 or submitted < (now - start) * args.rate:
+            next_at += 1.0 / args.rate if args.rate > 0 else 0.0
+            if args.rate <= 0 or time.monotonic() >= next_at:
                 continue
         if pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.05)

@@ -14,4 +14,12 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
 fi
 echo "installing system packages:$missing"
 apt-get update -qq >/dev/null
+# servers among them (prometheus, the pushgateway) are for tests that start them on loopback:
+# keep the packages from starting system services that listen on every address
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+  trap 'rm -f "$policy"' EXIT
+  printf '#!/bin/sh\nexit 101\n' > "$policy"
+  chmod +x "$policy"
+fi
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null

@@ -1,6 +1,7 @@
 """The ``raychaos`` command line.
 
     raychaos run EXPERIMENT [--slo FILE] [--trials N] [--dry-run] [--down] [--quiet]
+    raychaos calibrate EXPERIMENT --trials N [--margin F] [--slo FILE] [--results DIR]
     raychaos gameday PLAN [--results DIR] [--quiet]
     raychaos schedule PLAN --cron "0 3 * * 1" [--namespace N] [--image I] [-o FILE]
     raychaos validate EXPERIMENT...
@@ -8,9 +9,11 @@
     raychaos rollback RESULTS_DIR | --all [RESULTS_ROOT]
     raychaos report RESULTS_DIR
     raychaos compare RUN_A RUN_B [--tolerance F]
+    raychaos history RESULTS_ROOT [--tolerance F] [-o FILE]
     raychaos list
 
-Exit codes: 0 every SLO met, 1 an SLO/probe/hypothesis failed, 2 error or interruption.
+Exit codes: 0 every check passed; 1 an SLO, probe or the hypothesis failed, or the system did
+not recover within its bound; 2 the harness errored or could not observe, or was interrupted.
 """
 
 from __future__ import annotations
@@ -20,9 +23,13 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from raychaos import __version__
 from raychaos.errors import ConfigError, RaychaosError
+
+if TYPE_CHECKING:
+    from raychaos.results.publish import Publish
 
 __all__ = ["main"]
 
@@ -33,8 +40,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Chaos and load testing for Ray clusters: inject head/GCS kills, drains, "
                     "slow registries and saturated networks under load, and judge the run "
                     "against SLOs.",
-        epilog="exit codes: 0 all SLOs met · 1 an SLO, probe or the hypothesis failed · "
-               "2 the run errored or was interrupted")
+        epilog="exit codes: 0 every check passed · 1 an SLO, probe or the hypothesis failed, "
+               "or the system did not recover · 2 the harness errored or could not observe, "
+               "or the run was interrupted")
     p.add_argument("--version", action="version", version=f"raychaos {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -53,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="phase lines, errors and the verdict only (CI); when stdout is not a "
                         "terminal the monitor line is printed every 30 s instead of every 5 s")
     r.add_argument("--state-root", help=argparse.SUPPRESS)
+    _publish_options(r)
     k = r.add_argument_group("target (overrides the experiment's)")
     k.add_argument("--target", choices=["local", "kubernetes"])
     k.add_argument("--context", help="kubeconfig context")
@@ -60,6 +69,22 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--namespace", help="namespace of the RayCluster")
     k.add_argument("--cluster", help="RayCluster name")
     k.add_argument("--dashboard-url", help="Ray dashboard URL (e.g. a port-forward)")
+
+    cal = sub.add_parser("calibrate", help="run an experiment N times on a known-good cluster "
+                                           "and propose SLO thresholds from what it measured",
+                         description="Run EXPERIMENT --trials times (into one folder, as run "
+                                     "--trials) and propose a threshold for every SLO of its "
+                                     "profile from the observed values: max x (1 + margin) + "
+                                     "one unit step where lower is better, min x (1 - margin) "
+                                     "where higher is; invariants keep their exact bound. "
+                                     "Writes calibration.json and slo-proposed.yaml.")
+    cal.add_argument("experiment", help="experiment file (Chaos Toolkit YAML)")
+    cal.add_argument("--trials", type=_positive_int, required=True, metavar="N")
+    cal.add_argument("--margin", type=float, default=0.5,
+                     help="relative margin over the observed extreme (default: 0.5)")
+    cal.add_argument("--slo", help="SLO profile to calibrate (default: the experiment's)")
+    cal.add_argument("--results", default="results", help="results root (default: results/)")
+    cal.add_argument("--state-root", help=argparse.SUPPRESS)
 
     g = sub.add_parser("gameday", help="run a game-day plan: its experiments in order, with "
                                        "cooldowns, and one index.html",
@@ -73,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--results", default="results", help="results root folder (default: results/)")
     g.add_argument("--quiet", action="store_true", help="phase lines, errors and verdicts only")
     g.add_argument("--state-root", help=argparse.SUPPRESS)
+    _publish_options(g)
 
     sch = sub.add_parser("schedule", help="print Kubernetes manifests (CronJob + RBAC) that run "
                                           "a game day on a schedule",
@@ -116,8 +142,33 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("run_b")
     cmp_.add_argument("--tolerance", type=float, default=0.2)
 
+    h = sub.add_parser("history", help="every SLO and recovery figure across the runs of each "
+                                       "experiment under a results folder; exit 1 when the "
+                                       "latest run regressed")
+    h.add_argument("results_root", nargs="?", default="results")
+    h.add_argument("--tolerance", type=float, default=0.2,
+                   help="relative worsening against the run before that counts as a regression")
+    h.add_argument("-o", "--output", help="the HTML page (default: RESULTS_ROOT/history.html)")
+
     sub.add_parser("list", help="list the experiments in experiments/")
     return p
+
+
+def _publish_options(parser: argparse.ArgumentParser) -> None:
+    pub = parser.add_argument_group("dashboards (each finished run is published there too)")
+    pub.add_argument("--push-gateway", metavar="URL",
+                     help="Prometheus Pushgateway to push each run's figures to")
+    pub.add_argument("--grafana-url", metavar="URL",
+                     help="Grafana to add one region annotation per fault to (token from "
+                          "$RAYCHAOS_GRAFANA_TOKEN or $GRAFANA_TOKEN)")
+    pub.add_argument("--grafana-dashboard", metavar="UID",
+                     help="attach the annotations to this dashboard (default: organisation-wide)")
+
+
+def _publishing(args: argparse.Namespace) -> Publish | None:
+    from raychaos.results.publish import Publish
+
+    return Publish.from_options(args.push_gateway, args.grafana_url, args.grafana_dashboard)
 
 
 def _positive_int(text: str) -> int:
@@ -131,13 +182,14 @@ def _positive_int(text: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    publish = _publishing(args)
     if args.trials > 1 and not args.dry_run:
         from raychaos.run.series import run_trials
 
         code, _folder = run_trials(args.experiment, args.trials, slo=args.slo,
                                    results_root=args.results or "results",
                                    state_root=args.state_root, keep_cluster=not args.down,
-                                   quiet=args.quiet)
+                                   quiet=args.quiet, publish=publish)
         return code
     from raychaos.run.runner import run_experiment_file
 
@@ -148,14 +200,24 @@ def _run(args: argparse.Namespace) -> int:
                   "dashboard_url": args.dashboard_url}
     return run_experiment_file(args.experiment, slo=args.slo, results_root=args.results,
                                state_root=args.state_root, keep_cluster=not args.down,
-                               quiet=args.quiet, dry_run=args.dry_run, target=target)
+                               quiet=args.quiet, dry_run=args.dry_run, target=target,
+                               publish=publish)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from raychaos.run.calibrate import calibrate
+
+    code, _folder = calibrate(args.experiment, args.trials, margin=args.margin, slo=args.slo,
+                              results_root=args.results, state_root=args.state_root)
+    return code
 
 
 def _gameday(args: argparse.Namespace) -> int:
     from raychaos.run.series import run_gameday
 
     code, _folder = run_gameday(args.plan, results_root=args.results,
-                                state_root=args.state_root, quiet=args.quiet)
+                                state_root=args.state_root, quiet=args.quiet,
+                                publish=_publishing(args))
     return code
 
 
@@ -226,6 +288,25 @@ def _compare(args: argparse.Namespace) -> int:
     return 1 if result["regressions"] else 0
 
 
+def _history(args: argparse.Namespace) -> int:
+    from raychaos.results.history import (
+        build_history_page,
+        format_history,
+        history,
+        latest_regressions,
+    )
+
+    root = Path(args.results_root)
+    if not root.is_dir():
+        print(f"error: history: {root} is not a folder", file=sys.stderr)
+        return 2
+    result = history(root, tolerance=args.tolerance)
+    print(format_history(result), end="")
+    page = build_history_page(result, args.output or root / "history.html")
+    print(f"history: {page}")
+    return 1 if latest_regressions(result) else 0
+
+
 def _validate(args: argparse.Namespace) -> int:
     from raychaos.errors import ConfigError
     from raychaos.run.plan import load as load_experiment
@@ -259,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "calibrate":
+            return _calibrate(args)
         if args.command == "gameday":
             return _gameday(args)
         if args.command == "schedule":
@@ -271,13 +354,17 @@ def main(argv: list[str] | None = None) -> int:
             return _rollback(args)
         if args.command == "report":
             from raychaos.results.junit import write_junit
+            from raychaos.results.openmetrics import write_openmetrics
             from raychaos.results.report import build_report
 
             print(build_report(args.results_dir))
             print(write_junit(args.results_dir))
+            print(write_openmetrics(args.results_dir))
             return 0
         if args.command == "compare":
             return _compare(args)
+        if args.command == "history":
+            return _history(args)
         if args.command == "list":
             return _list()
     except ConfigError as exc:

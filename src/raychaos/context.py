@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from raychaos.config.settings import RaychaosSettings, SloProfile
-from raychaos.errors import RaychaosError
+from raychaos.errors import NotRecovered, RaychaosError
 from raychaos.results.store import Clock, Ev, Ledger, Timeline
 from raychaos.targets.base import Target
 
@@ -46,12 +46,24 @@ class Run:
     @contextlib.contextmanager
     def fault(self, name: str, args: dict[str, Any], lasting: bool = True
               ) -> Iterator[dict[str, Any]]:
-        """Ledger entry written before the fault acts; state and evidence kept up to date."""
+        """Ledger entry written before the fault acts; state and evidence kept up to date.
+
+        A :class:`~raychaos.errors.NotRecovered` out of the block means the fault landed and
+        the system did not come back within its bound: the record keeps ``not_recovered``
+        (the verdict is a failure whatever happens next) and stays outstanding, so the
+        rollback still waits for the system (a head that comes back late leaves a healthy
+        cluster for the next run); no ``fault_end`` is written until then."""
         record = self.ledger.begin(name, args)
         self.ledger.update(record, lasting=lasting)
         self.timeline.event(Ev.FAULT_START, name, id=record["id"], args=args)
         try:
             yield record
+        except NotRecovered as exc:  # it landed; the system did not recover: a failure
+            self.ledger.update(record, state="applied", applied_at=time.time(),
+                               not_recovered=_one_line(exc))
+            self.timeline.event(Ev.FAULT_APPLIED, name, id=record["id"], lasting=lasting)
+            self.timeline.event(Ev.NOT_RECOVERED, name, id=record["id"], reason=str(exc))
+            raise
         except BaseException as exc:
             self.ledger.update(record, state="failed", error=_one_line(exc))
             self.timeline.event(Ev.FAULT_FAILED, name, id=record["id"], error=_one_line(exc))

@@ -12,6 +12,8 @@ any of them into one clear sentence and exit code 2 without a traceback::
     │   └── KubeApiError       the Kubernetes API answered an error (status, reason, message)
     ├── FaultFailed            a fault did not land (no proof it happened)
     ├── RollbackFailed         an undo did not complete: something may still be applied
+    ├── NotRecovered           the fault landed and the system under test did not recover
+    │                          within its bound: a FAILURE of the system (exit 1), not an error
     ├── ProbeFailed            a probe could not produce evidence at all
     ├── Interrupted            SIGINT/SIGTERM during a run
     └── Aborted                an ``abort_if`` condition held: the run stopped itself
@@ -70,6 +72,13 @@ class FaultFailed(RaychaosError):
 
 class RollbackFailed(RaychaosError):
     """Undoing a fault failed; what is still applied is named in the message."""
+
+
+class NotRecovered(RaychaosError):
+    """The fault landed, and the system under test did not recover within its bound.
+
+    Not a harness error: the verdict of such a run is ``fail`` (exit 1) with this reason, so a
+    pipeline that retries errored runs does not retry away a real failure."""
 
 
 class ProbeFailed(RaychaosError):

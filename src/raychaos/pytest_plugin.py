@@ -2,11 +2,18 @@
 
 Teams already gate merges on pytest: its JUnit XML, ``-k``, ``--lf`` and CI integrations. This
 plugin makes each experiment YAML a test file whose items are the checks a reader cares about
-— ``run`` (the run completed, no errors, steady-state hypothesis held), one ``slo[<name>]`` per
-SLO of the profile and one ``probe[<name>]`` per raychaos probe in the method — so a JUnit
+— ``run`` (the run completed, the hypothesis held, the system recovered), one ``slo[<name>]``
+per SLO of the profile and one ``probe[<name>]`` per raychaos probe in the method — so a JUnit
 report names the SLO that failed, with measured value and threshold, instead of one opaque
 "experiment failed". The experiment runs once per file, on first use by any of its items (a
-session-level cache); the items then read its summary.
+session-level cache); the items then read its summary's checks
+(:mod:`raychaos.results.checks`), the same ones ``raychaos run`` prints and its JUnit shows:
+
+- a check that passed passes, one that failed FAILS, one that is n/a is skipped;
+- a check that errored (the harness could not run or see it) is an ERROR (raised in the item's
+  setup, so pytest and its JUnit say "error", not "failure");
+- the pytest exit code follows ``raychaos run``'s: 2 when any experiment's check errored, else
+  pytest's own (1 when a check failed).
 
 Nothing is collected unless asked, so a repository's own ``pytest`` is unaffected when the
 plugin is installed: pass ``--raychaos``, or list glob patterns (relative to the rootdir) in
@@ -39,7 +46,6 @@ import yaml
 __all__ = ["ExperimentFile", "ExperimentItem"]
 
 RUNNER_ENV = "RAYCHAOS_PYTEST_RUNNER"
-_PROBES = ("gcs_recovery", "job_survival", "sentinel_preserved")  # what records a verdict
 _RUNS = pytest.StashKey[dict[Path, dict[str, Any]]]()
 _TARGET = pytest.StashKey[Any]()
 _RUNNER = pytest.StashKey[Callable[..., Any]]()
@@ -47,6 +53,10 @@ _RUNNER = pytest.StashKey[Callable[..., Any]]()
 
 class CheckFailed(Exception):
     """An SLO, probe or run check did not pass; its message is the whole report."""
+
+
+class CheckErrored(Exception):
+    """The harness could not run or observe a check (raised in setup: pytest says ERROR)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -161,6 +171,7 @@ class ExperimentFile(pytest.File):
             return str(self.path)
 
     def collect(self) -> Any:
+        from raychaos.config.experiment import judged_probes
         from raychaos.run.plan import load as load_experiment
 
         exp = load_experiment(self.shown_path, self.config.getoption("raychaos_slo"))
@@ -168,9 +179,7 @@ class ExperimentFile(pytest.File):
         for slo in exp.slo_profile.slos if exp.slo_profile else []:
             yield ExperimentItem.from_parent(self, name=f"slo[{slo.name}]", kind="slo",
                                              check=slo.name)
-        funcs = [(a.get("provider") or {}).get("func") for a in exp.data.get("method", [])
-                 if a.get("type") == "probe"]
-        for name in dict.fromkeys(f for f in funcs if f in _PROBES):
+        for name in judged_probes(exp.data):
             yield ExperimentItem.from_parent(self, name=f"probe[{name}]", kind="probe",
                                              check=name)
 
@@ -209,48 +218,68 @@ class ExperimentItem(pytest.Item):
         super().__init__(**kwargs)
         self.kind, self.check = kind, check
 
+    def _check(self) -> dict[str, Any]:
+        """This item's check in the run's summary (the run runs on first use)."""
+        from raychaos.results.checks import checks_of
+
+        parent = self.parent
+        assert isinstance(parent, ExperimentFile)
+        summary = parent.summary()
+        found = next((c for c in checks_of(summary)
+                      if c["kind"] == self.kind and c["name"] == self.check), None)
+        if found is not None:
+            return found
+        errors = "; ".join(map(str, summary.get("errors") or [])) or "no details"
+        verdict = "fail" if summary.get("verdict") == "fail" else "error"
+        return {"kind": self.kind, "name": self.check, "verdict": verdict,
+                "message": f"{self.check}: not judged: the run {summary.get('status')} "
+                           f"({errors})"}
+
+    def setup(self) -> None:
+        check = self._check()
+        if check["verdict"] == "error":
+            _errored(self.config)
+            raise CheckErrored(check["message"])
+
     def runtest(self) -> None:
         parent = self.parent
         assert isinstance(parent, ExperimentFile)
         summary = parent.summary()
         if summary.get("run_dir"):
             self.user_properties.append(("run_dir", summary["run_dir"]))
-        errors = "; ".join(map(str, summary.get("errors") or []))
-        if self.kind == "run":
-            self._check_run(summary, errors)
-            return
-        entries = summary.get("slos" if self.kind == "slo" else "probes") or []
-        entry = next((e for e in entries if e.get("name") == self.check), None)
-        if entry is None:
-            raise CheckFailed(f"{self.check}: not judged: the run {summary.get('status')}"
-                              + (f" ({errors})" if errors else ""))
-        verdict = entry.get("verdict")
+        check = self._check()
+        verdict = check["verdict"]
         if self.kind == "slo":
-            from raychaos.results.junit import slo_message
-
-            message = slo_message(entry)
+            entry: dict[str, Any] = next(
+                (e for e in summary.get("slos") or [] if e.get("name") == self.check), {})
             for key in ("value", "threshold"):
                 self.user_properties.append((key, entry.get(key)))
-        else:
-            message = f"probe {self.check}: {verdict}; evidence {entry.get('evidence')}"
         self.user_properties.append(("verdict", verdict))
         if verdict == "n/a":
-            pytest.skip(f"not measured: {message}")
+            pytest.skip(f"not measured: {check['message']}")
         if verdict != "pass":
-            raise CheckFailed(message)
-
-    @staticmethod
-    def _check_run(summary: dict[str, Any], errors: str) -> None:
-        if summary.get("status") != "completed" or errors:
-            raise CheckFailed(f"the run {summary.get('status')}: {errors or 'no details'}")
-        if (summary.get("hypothesis") or {}).get("deviated"):
-            raise CheckFailed("the steady-state hypothesis deviated")
+            raise CheckFailed(check["message"])
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> Any:
-        if isinstance(excinfo.value, CheckFailed):
+        if isinstance(excinfo.value, (CheckFailed, CheckErrored)):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, ""  # the node id says it all ("." in names is not a module)
+
+
+_ERRORED = pytest.StashKey[bool]()
+
+
+def _errored(config: pytest.Config) -> None:
+    config.stash[_ERRORED] = True
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Exit 2 when a check errored, as ``raychaos run`` does (1 stays 1: a check failed)."""
+    if session.config.stash.get(_ERRORED, False) and exitstatus in (
+            pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        session.exitstatus = pytest.ExitCode.INTERRUPTED  # 2

@@ -1,8 +1,15 @@
 """Every experiment of the catalog runs end to end on a real local cluster (the shared one).
 
 Each run must prove its fault landed (ledger evidence), end with nothing applied (every ledger
-record undone), and reach the verdict its SLOs give; one run gets an impossible SLO and must exit 1
-naming it — a harness that cannot fail is worthless.
+record undone), and reach the verdict its SLOs give. Then the negative controls — a harness that
+cannot fail is worthless: each shipped SLO, unchanged, must fail on a real run where its property
+is broken (the matrix is in probes/README.md):
+
+- a link saturated far past the calibrated one fails the latency/throughput SLOs;
+- task retries off under a node loss fails the task-failure SLO, and a shuffle output lost
+  (freed from the object store) fails the data SLO — one run, two broken properties, each
+  caught by its own SLO;
+- a head that is never restarted fails the run (exit 1, "did not recover"), not an error.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import pytest
 
 from raychaos.run.runner import run_experiment_file
 
-from ._experiments import REPO, WARM, module_cluster, raychaos_block, variant
+from ._experiments import REPO, WARM, method_args, module_cluster, raychaos_block, variant
 
 NAME = WARM
 CATALOG = ["gpu-node-drain", "registry-throttle", "network-saturation", "head-kill-slow-registry",
@@ -25,13 +32,15 @@ def cluster(warm_cluster):
     yield from module_cluster(warm_cluster)
 
 
-def _run(name, cluster, tmp_path, slo=None):
+def _run(name, cluster, tmp_path, slo=None, change=None):
     target, root = cluster
 
     def edit(data):
         block = raychaos_block(data)
         block["target"] = {"kind": "local", "local": {"name": NAME, "head_restart_delay_s": 1}}
         block["monitor"] = {"interval_s": 0.2, "settle_s": 3, "recovery_window_s": 10}
+        if change:
+            change(data)
 
     exp = variant(f"experiments/{name}.yaml", tmp_path / f"{name}.yaml", edit)
     code = run_experiment_file(exp, slo=slo, results_root=str(tmp_path / "results"),
@@ -58,14 +67,113 @@ def test_catalog_experiment(name, cluster, tmp_path, monkeypatch):
         assert rows["no-data-lost-or-corrupted"]["value"] == 0
 
 
-def test_an_impossible_slo_fails_the_run_and_is_named(cluster, tmp_path, monkeypatch, capsys):
+def _shipped(tmp_path, **picks):
+    """A profile of shipped SLOs, unchanged: ``profile_file=[slo names]``."""
+    import yaml
+
+    slos = []
+    for stem, names in picks.items():
+        profile = yaml.safe_load((REPO / "probes" / f"{stem.replace('_', '-')}.yaml").read_text())
+        slos += [x for x in profile["slos"] if x["name"] in names]
+    path = tmp_path / "shipped.yaml"
+    path.write_text(yaml.safe_dump({"name": "shipped", "slos": slos}))
+    return str(path)
+
+
+def _verdicts(summary):
+    return {c["name"]: c["verdict"] for c in summary["checks"]}
+
+
+def test_a_saturated_link_fails_the_latency_or_throughput_slo(cluster, tmp_path, monkeypatch,
+                                                               capsys):
     monkeypatch.chdir(REPO)
-    slo = tmp_path / "impossible.yaml"
-    slo.write_text("name: impossible\nslos:\n  - name: tasks-faster-than-light\n"
-                   "    metric: throughput_ratio\n    window: chaos\n    op: '>='\n"
-                   "    threshold: 100\n")
-    code, summary = _run("network-saturation", cluster, tmp_path, slo=str(slo))
-    assert code == 1
-    [row] = summary["slos"]
-    assert row["name"] == "tasks-faster-than-light" and row["verdict"] == "fail"
-    assert "tasks-faster-than-light" in capsys.readouterr().out
+
+    def harder(data):  # 1 Mbit/s instead of the calibrated 50, flooded
+        method_args(data, "saturate_network")["bandwidth_mbit"] = 1
+
+    code, summary = _run("network-saturation", cluster, tmp_path, change=harder)
+    verdicts = _verdicts(summary)
+    assert code == 1 and summary["errors"] == [], json.dumps(summary["checks"], indent=1)
+    broken = {n for n in ("storm-p95-during-chaos", "storm-throughput-during-chaos")
+              if verdicts.get(n) == "fail"}
+    assert broken, verdicts
+    out = capsys.readouterr().out
+    assert all(name in out for name in broken)
+
+
+def test_retries_off_under_a_node_loss_and_a_lost_shuffle_output_fail_their_slos(
+        cluster, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    slo = _shipped(tmp_path, slo_faults_local=["task-failures"],
+                   slo_shuffle_local=["no-data-lost-or-corrupted"])
+
+    def broken(data):
+        block = raychaos_block(data)
+        block["loads"] = [
+            {"name": "task_storm", "kind": "ray_job", "script": "loads/task_storm.py",
+             "args": ["--duration", "120", "--rate", "60", "--in-flight", "64",
+                      "--task-ms", "1500", "--max-retries", "0"]},  # tasks on every node
+            {"name": "shuffle", "kind": "ray_job", "script": "loads/shuffle.py",
+             "args": ["--duration", "120", "--partitions", "3", "--block-mb", "1",
+                      "--lose-one"]}]
+        method_args(data, "drain_gpu_nodes").update(deadline_s=0)  # the node is gone at once
+
+    code, summary = _run("gpu-node-drain", cluster, tmp_path, slo=slo, change=broken)
+    verdicts = _verdicts(summary)
+    assert code == 1 and summary["errors"] == [], json.dumps(summary["checks"], indent=1)
+    assert verdicts["task-failures"] == "fail" and verdicts["no-data-lost-or-corrupted"] == "fail"
+    storm = summary["loads"]["task_storm"]["run"]
+    assert storm["failures"] > 0
+    data = next(s for s in summary["slos"] if s["name"] == "no-data-lost-or-corrupted")
+    assert data["value"] >= 1
+
+
+def test_a_head_that_is_never_restarted_fails_the_run_and_does_not_error(cluster, tmp_path,
+                                                                         monkeypatch):
+    """The supervisor (KubeRay's part) does not restart the head within kill_head's bound; once
+    the run has said so, it is allowed to again, so the rollback finds a healthy cluster."""
+    import threading
+    import time
+
+    from raychaos.results.store import read_timeline
+
+    monkeypatch.chdir(REPO)
+    target, _ = cluster
+
+    def never(data):
+        block = raychaos_block(data)
+        block["slo_profile"] = "probes/slo-local.yaml"
+        block["loads"] = [x for x in block["loads"] if x["kind"] == "ray_job"]
+        method_args(data, "kill_head").update(mode="head", wait_s=10)
+        method_args(data, "gcs_recovery").update(timeout_s=5)
+        method_args(data, "sentinel_preserved").update(timeout_s=5)
+        method_args(data, "job_survival").update(timeout_s=5)
+
+    def restore_when_said(stop: threading.Event) -> None:
+        while not stop.wait(0.5):
+            for tl in (tmp_path / "results").glob("*/timeline.jsonl"):
+                if any(r.get("event") == "not_recovered" for r in read_timeline(tl)):
+                    target.cluster.write({**target.cluster.desired(), "head_restart_delay_s": 1})
+                    return
+
+    target.cluster.write({**target.cluster.desired(), "head_restart_delay_s": 600})
+    stop = threading.Event()
+    watcher = threading.Thread(target=restore_when_said, args=(stop,), daemon=True)
+    watcher.start()
+    try:
+        code, summary = _run("head-kill", cluster, tmp_path, change=never)
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+        target.cluster.write({**target.cluster.desired(), "head_restart_delay_s": 1})
+    run_check = next(c for c in summary["checks"] if c["name"] == "run")
+    assert code == 1 and summary["verdict"] == "fail", json.dumps(summary["checks"], indent=1)
+    assert run_check["verdict"] == "fail" and "did not recover" in run_check["message"]
+    assert summary["errors"] == [], "what the dead head hid is part of the failure"
+    assert _verdicts(summary)["gcs-recovers-fast"] == "fail"
+    [fault] = summary["faults"]
+    assert fault["not_recovered"] and fault["evidence"]["landed"]
+    assert fault["state"] == "undone", "the rollback waited for the head to come back"
+    deadline = time.monotonic() + 60
+    while not target.gcs_alive(1.0) and time.monotonic() < deadline:
+        time.sleep(1)

@@ -2,12 +2,20 @@
 
 The integration tier's shared cluster (Ray nodes are slow to start on 2 cores), proven clean
 before and after the module; the second run reuses the Serve application the first deployed.
+During each run an independent observer (``_gcs_observer.py``: its own process, a fresh gRPC
+channel every 50 ms) polls the GCS: the harness's first answer after the kill must agree with it
+within 0.3 s, and the monitor's timeline must have no gap longer than twice the sampling interval
+during the outage.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -48,8 +56,15 @@ def test_head_kill_experiment(cluster, tmp_path, monkeypatch, mode):
 
     exp = variant("experiments/head-kill.yaml", tmp_path / "exp.yaml", edit)
     before = target.head_identity()
-    code = run_experiment_file(exp, results_root=str(tmp_path / "results"), state_root=str(root),
-                               quiet=True)
+    seen = tmp_path / "observer.jsonl"
+    observer = subprocess.Popen([sys.executable, str(REPO / "tests/integration/_gcs_observer.py"),
+                                 target.cluster.gcs_address, str(seen)])
+    try:
+        code = run_experiment_file(exp, results_root=str(tmp_path / "results"),
+                                   state_root=str(root), quiet=True)
+    finally:
+        observer.send_signal(signal.SIGTERM)
+        observer.wait(timeout=10)
     [run_dir] = list((tmp_path / "results").iterdir())
     summary = json.loads((run_dir / "summary.json").read_text())
     assert code == 0, json.dumps(summary, indent=1)[:4000]
@@ -77,5 +92,67 @@ def test_head_kill_experiment(cluster, tmp_path, monkeypatch, mode):
     gaps = [b["t"] - a["t"] for a, b in zip(samples, samples[1:], strict=False)
             if a["gcs_up"] and b["gcs_up"]]
     assert sorted(gaps)[len(gaps) // 2] <= 0.5, "the monitor samples at about 200 ms"
+    interval = summary["monitor"]["interval_s"]
+    assert summary["monitor"]["outage_max_gap_s"] <= 2 * interval, summary["monitor"]
+    # the harness saw the GCS answer again when an independent observer did (± 0.3 s)
+    kill_ts = next(json.loads(x)["ts"] for x in lines if '"head_killed"' in x)
+    harness_first = kill_ts + gcs["gcs_first_answer_s"]
+    polls = [json.loads(x) for x in seen.read_text().splitlines() if x.strip()]
+    after = [p for p in polls if p["ts"] >= kill_ts]
+    first_down = next(i for i, p in enumerate(after) if not p["up"])
+    observer_first = next(p["ts"] for p in after[first_down:] if p["up"])
+    assert abs(harness_first - observer_first) <= 0.3, (harness_first, observer_first)
     assert any(json.loads(x).get("kind") == "load" for x in lines)
     assert os.path.isdir(root / NAME), "the run reused the module's cluster and left it up"
+
+
+# Ray's and Locust's own log formats: Python loggers (``dashboard_sdk.py:423 -- ...``), the C++
+# core (``[2026-12-01 09:07:01,123 E 123 456] rpc_client.h:153: ...``), process prefixes, Locust.
+LIBRARY_LINE = re.compile(
+    r"\w+\.py:\d+ -- |\w+\.(cc|h):\d+:|^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ [IWEF] \d+|"
+    r"^\((raylet|gcs_server|pid=\d+)|/(INFO|WARNING|ERROR)/locust|"
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+(INFO|WARNING|ERROR)|^(INFO|WARNING|ERROR|DEBUG):")
+
+
+def test_a_head_kill_from_the_cli_keeps_the_console_clean_and_its_report_reads(
+        cluster, tmp_path):
+    """The catalog's head kill through ``raychaos run`` (a subprocess, as a person runs it): the
+    console holds raychaos's lines only — each with time and phase — and the verdict table the
+    probes' figures; Ray's own lines are in harness.log; the report, opened in headless
+    Chromium, tells the story, has per-load tables, and its timeline answers the mouse."""
+    from tests._browser import CHROMIUM, check_in_chromium
+
+    _target, root = cluster
+
+    def edit(data):
+        block = raychaos_block(data)
+        block["target"]["local"]["name"] = NAME
+        block["monitor"]["recovery_window_s"] = 3
+
+    exp = variant("experiments/head-kill.yaml", tmp_path / "exp.yaml", edit)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["PYTHONPATH"] = f"{REPO / 'src'}{os.pathsep}{REPO}"
+    proc = subprocess.run([sys.executable, "-m", "raychaos.cli", "run", str(exp), "--results",
+                           str(tmp_path / "results"), "--state-root", str(root)], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL)
+    console = proc.stdout + proc.stderr
+    (tmp_path / "console.txt").write_text(console)
+    [run_dir] = list((tmp_path / "results").iterdir())
+    assert proc.returncode == 0, console[-4000:]
+    noise = [line for line in console.splitlines() if LIBRARY_LINE.search(line)]
+    assert not noise, noise[:10]
+    assert (run_dir / "harness.log").exists()
+    progress = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert all(re.match(r"\[\s*\d+\.\ds\] (setup|hypothesis|method|rollbacks|finish)\s", line)
+               for line in progress), progress
+    assert re.search(r"^probe gcs_recovery\s+run\s+GCS back in \d+\.\d s, workers in",
+                     proc.stdout, re.M), proc.stdout[-3000:]
+    assert re.search(r"^probe job_survival\s+run\s+1/1 jobs survived", proc.stdout, re.M)
+    if CHROMIUM.exists():
+        seen = check_in_chromium(run_dir / "report.html", tmp_path / "report.png")
+        assert seen["story"].startswith("Passed: all")
+        assert "raychaos killed the head (mode head, SIGKILL" in seen["story"]
+        assert "The GCS was down for" in seen["story"]
+        assert seen["loads"] == "serve_users,task_storm"
+        assert re.search(r"GCS : (up|DOWN)", seen["hover"]), seen["hover"]

@@ -79,6 +79,26 @@ def test_shuffle_detects_a_corrupted_block(ray_address):
     assert "checksum errors" in err
 
 
+def test_shuffle_reports_a_lost_output_as_lost(ray_address):
+    code, lines, err = _run_job("shuffle.py", ray_address, *ARGS, "--lose-one")
+    assert code != 0, "a lost output fails the shuffle"
+    assert sum(line["lost_outputs"] for line in lines) == 3  # the round of the crashed map
+    assert sum(line["checksum_errors"] for line in lines) == 0, "lost, not corrupted"
+    assert "3 lost outputs" in err
+
+
+def test_task_storm_keeps_its_pace(ray_address):
+    """At --rate 50 with 20 ms tasks and 2 in flight, the storm can do ~100/s; a stall must not
+    be made up by bursts, and every second has its line."""
+    code, lines, err = _run_job("task_storm.py", ray_address, "--duration", "4", "--rate",
+                                "50", "--in-flight", "8", "--task-ms", "20", "--max-retries",
+                                "0")
+    assert code == 0, err
+    counts = [line["count"] for line in lines]
+    assert max(counts) <= 60, f"never a burst above the pace: {counts}"
+    assert len(lines) >= 3
+
+
 def test_actor_churn_reports_creation_latency(ray_address, capsys):
     churn = _load_module("actor_churn.py")
     assert churn.main(["--duration", "4", "--rate", "2", "--max-alive", "2"]) == 0

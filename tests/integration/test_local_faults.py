@@ -70,7 +70,7 @@ def test_bad_arguments_rejected_before_any_change(target):
         net(target, ["worker-9"], bandwidth_bps=1e6)
     [(arg, why)] = target.refusals("saturate_network", {"latency_ms": 50})
     assert arg == "latency_ms" and "no tc netem" in why
-    assert not any(n.draining for n in target.cluster.gcs().ask(2.0, draining=True).nodes)
+    assert target.cluster.admin().draining(2.0) == set()
     assert _alive(target) == (3, 1.0)
     _clean(target, [])
 

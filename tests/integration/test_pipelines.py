@@ -21,8 +21,8 @@ from ._experiments import REPO, WARM, module_cluster, raychaos_block, variant
 
 NAME = WARM
 SLOS = ["gcs-recovers-fast", "workers-reregister", "sentinel-actor-preserved",
-        "load-jobs-survive", "task-failures-during-chaos", "serve-errors-during-chaos",
-        "serve-p95-after-recovery"]
+        "load-jobs-survive", "task-failures", "storm-throughput-during-chaos",
+        "storm-throughput-back", "serve-errors", "serve-p95-after-recovery"]
 PROBES = ["gcs_recovery", "sentinel_preserved", "job_survival"]
 
 

@@ -1,5 +1,6 @@
 """``raychaos run EXPERIMENT --target kubernetes --dry-run``: the catalog's own experiment files,
-aimed at a KubeRay cluster (the fake API server), print the exact mutating calls and send none."""
+aimed at a KubeRay cluster (the world, simulated kubelets), print the exact mutating calls and
+send none."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from raychaos.cli import main
+from tests.k8s.conftest import mutations
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -16,24 +18,25 @@ REPO = Path(__file__).resolve().parents[2]
     ("head-kill.yaml", "POST /api/v1/namespaces/ray/pods/demo-head"),
     ("gpu-node-drain.yaml", "/eviction"),
 ])
-def test_dry_run_prints_calls_and_sends_no_mutation(fake, tmp_path, capsys, monkeypatch,
+def test_dry_run_prints_calls_and_sends_no_mutation(sim, tmp_path, capsys, monkeypatch,
                                                     experiment, expected):
     monkeypatch.chdir(REPO)
-    kubeconfig = fake.kubeconfig(str(tmp_path / "kubeconfig"))
+    kubeconfig = sim.kubeconfig
+    since = len(sim.server.requests)
     code = main(["run", f"experiments/{experiment}", "--dry-run", "--target", "kubernetes",
                  "--kubeconfig", kubeconfig, "--namespace", "ray", "--cluster", "demo"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert expected in out, out
     assert "nothing that changes the cluster was sent" in out
-    assert fake.mutating_requests() == [], "a dry run sent a mutating request"
+    assert mutations(sim, since) == [], "a dry run sent a mutating request"
 
 
-def test_dry_run_against_a_missing_raycluster_is_one_sentence(fake, tmp_path, capsys,
+def test_dry_run_against_a_missing_raycluster_is_one_sentence(sim, tmp_path, capsys,
                                                               monkeypatch):
     monkeypatch.chdir(REPO)
     code = main(["run", "experiments/head-kill.yaml", "--dry-run", "--target", "kubernetes",
-                 "--kubeconfig", fake.kubeconfig(str(tmp_path / "kc")), "--namespace", "ray",
+                 "--kubeconfig", sim.kubeconfig, "--namespace", "ray",
                  "--cluster", "nope"])
     err = capsys.readouterr().err
     assert code == 2

@@ -1,67 +1,68 @@
-"""Head kill and watch-based recovery: the fake replaces a deleted head with a new UID."""
+"""Head kill and watch-based recovery against the world (simulated kubelets): a deleted head comes
+back as a new pod, a restarted container counts as back, a compacted history (410) is answered
+by listing again, and an exec the API server cannot deliver (no kubelet: 101, then a 500 Status
+on channel 3 — the golden's shape) is a failed kill, not a silent success."""
 
 from __future__ import annotations
+
+import threading
+import time
 
 import pytest
 
 from raychaos.errors import FaultFailed
+from tests.k8s.conftest import mutations
 
 pytestmark = pytest.mark.k8s
 
 
-def test_kill_head_pod_deletes_with_grace_in_body_and_watch_sees_new_uid(fake, target):
-    fake.head_replace_delay = 0.2
+def test_kill_head_pod_deletes_with_grace_in_the_body_and_the_watch_sees_a_new_uid(sim, target):
     old = target.head_identity()
+    since = len(sim.server.requests)
     record: dict = {"fault": "kill_head"}
     evidence = target.kill_head("pod", record)
     assert record["undo"] == {"kind": "kill_head", "mode": "pod", "namespace": "ray",
                               "pod": old["pod"], "uid": old["uid"]}
-    deletes = [(m, p, b) for m, p, _, b in fake.requests if m == "DELETE"]
-    assert deletes == [("DELETE", f"/api/v1/namespaces/ray/pods/{old['pod']}",
-                        deletes[0][2])]
-    assert deletes[0][2]["gracePeriodSeconds"] == 0  # in the body, not the query
-    back = target.wait_head_back(evidence["old"], timeout=5)
-    assert back["recovered"] and back["uid_changed"] and back["via"] == "watch"
+    assert mutations(sim, since) == [("DELETE", f"/api/v1/namespaces/ray/pods/{old['pod']}")]
+    assert evidence["proof"]["deleted"] and evidence["proof"]["deletion_timestamp"]
+    back = target.wait_head_back(evidence["old"], timeout=15)
+    assert back["back"] and back["uid_changed"] and back["via"] == "watch"
     assert back["new_uid"] != old["uid"] and back["old_uid"] == old["uid"]
-    assert back["seconds"] >= 0.2
-    assert back["detected_at"] - fake.ready_events[back["new_uid"]] < 0.5
-    watches = [p for m, p, v, _ in fake.requests if v == "watch"]
+    watches = [p for _m, p, v in sim.server.requests[since:] if v == "watch"]
     assert watches and "resourceVersion=" in watches[0]
     assert target.undo(record)["undone"]
 
 
-def test_wait_head_back_relists_after_410_gone(fake, target):
-    fake.head_replace_delay = 0.3
+def test_wait_head_back_relists_after_410_gone(sim, target):
+    sim.kuberay.head_delay_s = 1.0
     evidence = target.kill_head("pod", {})
-    fake.compacted_rv = 10**9  # every watch is "too old" (etcd compaction) ...
 
-    def uncompact() -> None:
-        fake.compacted_rv = 0  # ... until the history is readable again
+    def compact_soon() -> None:  # etcd compaction while the watch is open
+        time.sleep(0.3)
+        sim.store.compact()
 
-    fake.later(0.1, uncompact)
-    back = target.wait_head_back(evidence["old"], timeout=5)
-    assert back["recovered"] and back["uid_changed"]
-    assert back["lists"] >= 2  # each 410 Gone was answered by listing again
-    gone = [p for m, p, v, _ in fake.requests if v == "watch"]
-    assert len(gone) >= 2
+    threading.Thread(target=compact_soon, daemon=True).start()
+    sim.store.compact()
+    back = target.wait_head_back(evidence["old"], timeout=20)
+    assert back["back"] and back["uid_changed"], back
 
 
-def test_wait_head_back_counts_restart_as_back(fake, target):
+def test_a_restarted_container_counts_as_back(sim, target):
     old = target.head_identity()
-    with fake.lock:
-        pod = fake.store["pods"][("ray", old["pod"])]
-        pod["status"]["containerStatuses"][0]["restartCount"] = 1
-        fake.put("pods", pod)
-    back = target.wait_head_back(old, timeout=2)
-    assert back["recovered"] and not back["uid_changed"] and back["restart_count"] == 1
-    assert back["via"] == "list"
+
+    def bump(p: dict) -> None:
+        p["status"]["containerStatuses"][0]["restartCount"] = 1
+
+    sim.store.mutate("pods", "ray", old["pod"], bump)
+    back = target.wait_head_back(old, timeout=5)
+    assert back["back"] and not back["uid_changed"] and back["restart_count"] == 1
 
 
-def test_wait_head_back_times_out_with_evidence(fake, target):
-    fake.head_replace_delay = 30
+def test_wait_head_back_times_out_with_evidence(sim, target):
+    sim.kuberay.head_delay_s = 60
     evidence = target.kill_head("pod", {})
     back = target.wait_head_back(evidence["old"], timeout=1)
-    assert back["recovered"] is False and "new_uid" not in back
+    assert back["back"] is False and "new_uid" not in back and back["waited_s"] >= 1
 
 
 def test_kill_head_unknown_mode(target):
@@ -69,12 +70,37 @@ def test_kill_head_unknown_mode(target):
         target.kill_head("nuke", {})
 
 
-def test_kill_gcs_plans_exec_in_dry_run(fake, make_target):
+@pytest.mark.parametrize("mode", ["gcs", "head"])
+def test_an_exec_that_never_reached_the_container_fails_the_kill(sim, target, mode):
+    """No kubelet behind the pod: the API server upgrades to WebSocket, then reports the
+    failure on channel 3. ``stream()`` would return '' and raise nothing."""
+    with pytest.raises(FaultFailed, match=r"kill_head: exec .* in ray/demo-head-\w+/ray-head "
+                                          r"did not run: Internal error occurred: error "
+                                          r"sending request"):
+        target.kill_head(mode, {})
+
+
+def test_kill_gcs_plans_exec_in_dry_run(sim, make_target):
     target = make_target(dry_run=True)
     old = target.head_identity()
+    since = len(sim.server.requests)
     evidence = target.kill_head("gcs", {})
     assert evidence["dry_run"]
     assert target.planned_calls() == [{
         "method": "POST", "path": f"/api/v1/namespaces/ray/pods/{old['pod']}/exec",
         "body": {"container": "ray-head", "command": ["pkill", "-KILL", "gcs_server"]}}]
-    assert fake.mutating_requests() == []
+    assert mutations(sim, since) == []
+
+
+def test_protected_head_is_refused(sim, target):
+    head = sim.head_pod()
+
+    def protect(p: dict) -> None:
+        p["metadata"]["labels"]["raychaos.io/protected"] = "true"
+
+    sim.store.mutate("pods", "ray", head["metadata"]["name"], protect)
+    since = len(sim.server.requests)
+    with pytest.raises(FaultFailed, match=r"kill_head: refusing to touch pod demo-head-\w+: "
+                                          r"labelled raychaos.io/protected=true"):
+        target.kill_head("pod", {})
+    assert mutations(sim, since) == []

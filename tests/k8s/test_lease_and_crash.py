@@ -1,13 +1,15 @@
 """Kubernetes: one run at a time through a Lease, and rollback after a harness crash.
 
-A crash is a process that stops between two API calls: here the faults run against the fake API
-server through a real write-ahead ledger, the process "dies" (no undo, the Lease no longer
-renewed), and ``raychaos rollback`` — from the ledger alone — deletes what was created,
-uncordons what was cordoned and clears the dead run's Lease.
+A crash is a process that stops between two API calls: here a drain and a Chaos Mesh object are
+applied through a real write-ahead ledger against the world, the process "dies" (no undo, the
+Lease no longer renewed), and ``raychaos rollback`` — from the ledger alone — uncordons what was
+cordoned, deletes what was created and clears the dead run's Lease. (The throttle's SIGKILL case,
+with qdiscs left on a node, needs real nodes: ``test_kuberay_harness.py``.)
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -16,26 +18,27 @@ from raychaos.errors import TargetBusy
 from raychaos.results.store import Ledger
 from raychaos.run.crash import rollback_results_dir
 from raychaos.targets.kubernetes.lease import LeaseLock
-from tests.k8s._faults import drain, saturate, throttle
+from tests.k8s.world import resources as R
+from tests.k8s.world.chaosmesh import NETWORKCHAOS_CRD
 
 pytestmark = pytest.mark.k8s
 
 
-def test_second_run_is_refused_naming_the_lease_holder(fake, make_target):
+def test_second_run_is_refused_naming_the_lease_holder(sim, make_target):
     first = make_target().run_lock()
     first.acquire("run-a")
     try:
-        lease = fake.get("leases", "ray", "raychaos-demo")
+        lease = sim.store.get("leases", "ray", "raychaos-demo")
         assert lease["spec"]["holderIdentity"].endswith("/run-a")
         with pytest.raises(TargetBusy, match=r"RayCluster ray/demo is in use by run 'run-a' "
                                              r"\(PID \d+ on .*Lease ray/raychaos-demo"):
             make_target().run_lock().acquire("run-b")
     finally:
         first.release()
-    assert fake.get("leases", "ray", "raychaos-demo") is None
+    assert sim.store.get("leases", "ray", "raychaos-demo") is None
 
 
-def test_expired_lease_of_a_dead_run_is_taken_over_and_renewed(fake, make_target):
+def test_expired_lease_of_a_dead_run_is_taken_over_and_renewed(sim, make_target):
     target = make_target()
     dead = LeaseLock(target._api(), "ray", "demo", duration_s=1)
     dead.acquire("crashed")
@@ -45,14 +48,16 @@ def test_expired_lease_of_a_dead_run_is_taken_over_and_renewed(fake, make_target
     lock.acquire("run-new")
     try:
         assert lock.taken_over["run_id"] == "crashed"
-        renewed = fake.get("leases", "ray", "raychaos-demo")["spec"]["renewTime"]
+        renewed = sim.store.get("leases", "ray", "raychaos-demo")["spec"]["renewTime"]
         time.sleep(1.3)  # renewed every duration/3
-        assert fake.get("leases", "ray", "raychaos-demo")["spec"]["renewTime"] > renewed
+        assert sim.store.get("leases", "ray", "raychaos-demo")["spec"]["renewTime"] > renewed
     finally:
         lock.release()
 
 
-def test_rollback_after_crash_deletes_created_objects_and_uncordons(fake, make_target, tmp_path):
+def test_rollback_after_crash_uncordons_and_deletes(sim, make_target, tmp_path):
+    sim.api.create(R.BUILTIN["customresourcedefinitions"], "",
+                   json.loads(json.dumps(NETWORKCHAOS_CRD)))
     target = make_target()
     run_dir = tmp_path / "20260101T000000Z-crash"
     run_dir.mkdir()
@@ -60,26 +65,25 @@ def test_rollback_after_crash_deletes_created_objects_and_uncordons(fake, make_t
     lease = LeaseLock(target._api(), "ray", "demo", duration_s=1)
     lease.acquire("crash-run")
     drained = ledger.begin("drain_gpu_nodes", {"count": 1})
-    drain(target, count=1, deadline_s=2, record=drained)
-    throttled = ledger.begin("throttle_registry_pulls", {})
-    throttle(target, 5e6, nodes=["gpu-0"], registry_hosts=["registry.example"],
-             record=throttled)
+    target.drain_nodes(count=1, selector=None, deadline_s=5, reason="preemption", replace=True,
+                       replace_delay_s=0, record=drained)
+    ledger.save()
     net = ledger.begin("saturate_network", {})
-    saturate(target, nodes=["gpu-0", "gpu-1"], flood_s=60, record=net)
+    net["undo"] = {"kind": "saturate_network", "objects": [
+        {"api": "networkchaos", "namespace": "ray", "name": "raychaos-net-crash"}]}
+    ledger.save()  # written ahead, then the object (as saturate_network does)
+    sim.api.create(sim.api.resolve("chaos-mesh.org", "v1alpha1", "networkchaos"), "ray", {
+        "metadata": {"name": "raychaos-net-crash"}, "spec": {"action": "bandwidth"}})
     # the crash: nothing undone, the ledger on disk is all that is left
     lease._stop.set()
     target.close()
-    assert fake.get("nodes", "", "gpu-0")["spec"]["unschedulable"] is True
-    assert fake.get("daemonsets", "ray", "raychaos-pull-throttle-run1") is not None
-    assert fake.get("pods", "ray", "raychaos-net-run1-0-client") is not None
+    assert sim.store.get("nodes", "", "gpu-a")["spec"]["unschedulable"] is True
     time.sleep(1.1)  # the dead run's Lease expires
 
     result = rollback_results_dir(run_dir)
-    assert result["undone"] == ["f3", "f2", "f1"] and result["lock_cleared"] is True
-    node = fake.get("nodes", "", "gpu-0")
-    assert not node["spec"].get("unschedulable") and not node["spec"]["taints"]
-    assert fake.items("daemonsets") == []
-    assert [p for p in fake.items("pods", "ray") if p["metadata"]["name"].startswith(
-        "raychaos-")] == []
-    assert fake.get("leases", "ray", "raychaos-demo") is None
+    assert result["undone"] == ["f2", "f1"] and result["lock_cleared"] is True
+    node = sim.store.get("nodes", "", "gpu-a")
+    assert not node["spec"].get("unschedulable")
+    assert sim.store.get("networkchaos", "ray", "raychaos-net-crash") is None
+    assert sim.store.get("leases", "ray", "raychaos-demo") is None
     assert rollback_results_dir(run_dir) == {"undone": []}, "idempotent"

@@ -1,20 +1,26 @@
-"""deploy/rbac.yaml grants exactly what the code calls: recorded on the fake API server."""
+"""deploy/rbac.yaml grants exactly what the code calls: the harness's whole tour against a world,
+read back from that world's own record of requests (``w.rbac``, per instance)."""
 
 from __future__ import annotations
 
-import re
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.k8s._faults import drain, saturate, throttle
-from tests.k8s.fakeapi import RECORDED_RBAC
+from raychaos.errors import FaultFailed, RaychaosError
+from raychaos.targets.kubernetes import network, registry
+from tests.k8s.world import resources as R
+from tests.k8s.world.chaosmesh import NETWORKCHAOS_CRD
 
 pytestmark = pytest.mark.k8s
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
-CLUSTER_SCOPED = {"nodes", "customresourcedefinitions"}
+#: what only a ClusterRole can grant: cluster-scoped objects, and a drain's pods in any namespace
+CLUSTER_SCOPED = {("list", "nodes"), ("get", "pods"), ("patch", "nodes"),
+                  ("get", "customresourcedefinitions"), ("list", "pods"),
+                  ("create", "pods/eviction"), ("list", "poddisruptionbudgets")}
 
 
 def granted() -> dict[tuple[str, str, str], str]:
@@ -30,38 +36,85 @@ def granted() -> dict[tuple[str, str, str], str]:
     return out
 
 
-def tour(fake, make_target) -> set[tuple[str, str, str]]:  # noqa: ANN001
-    """Run every fault, undo and cleanup once; return what dry-run planned but could not send."""
-    with fake.lock:
-        fake.put("customresourcedefinitions", {"metadata": {"name": "networkchaos.chaos-mesh.org"}})
-    t = make_target()
+def tour(w, make_target, monkeypatch) -> None:  # noqa: ANN001
+    """Every target method that talks to the API, once (sim nodes: what needs a container
+    fails, but the request is made and recorded)."""
+    w.api.create(R.BUILTIN["customresourcedefinitions"], "",
+                 json.loads(json.dumps(NETWORKCHAOS_CRD)))
+    rc = w.store.get("rayclusters", "ray", "demo")
+    rc["spec"]["authOptions"] = {"mode": "token"}  # the token is read from its Secret
+    w.api.update(w.api.resolve("ray.io", "v1", "rayclusters"), "ray", "demo", rc)
+    monkeypatch.setattr(registry, "LANDED_WAIT_S", 0.5)
+    monkeypatch.setattr(registry, "CLEAN_WAIT_S", 0.5)
+    monkeypatch.setattr(network, "INJECTED_WAIT_S", 0.3)
+    t = make_target(cluster=None)
+    assert t.handle.dashboard.token, "the token came from the Secret"
     t.describe()
-    ev = t.kill_head("pod", {})
-    t.wait_head_back(ev["old"], timeout=3)
-    rec: dict = {}
-    drain(t, record=rec, count=1, deadline_s=2)
-    t.undo(rec)
-    throttle(t, 1e6, nodes=["gpu-0"], registry_hosts=["r.example"], record={})
-    saturate(t, record={})
+    t.gcs_alive(0.5)  # the port-forward to the head
     t.cluster_events(0)
+    from raychaos.errors import TargetBusy
+    from raychaos.targets.kubernetes.lease import LeaseLock
+    dead = LeaseLock(t._api(), "ray", "demo", duration_s=1)
+    dead.acquire("dead")
+    with pytest.raises(TargetBusy):  # read back to name the holder
+        t.run_lock().acquire("run1")
+    dead._stop.set()
+    import time
+    time.sleep(1.2)
+    lock = t.run_lock()
+    lock.acquire("run1")  # the dead run's Lease, taken over (patched)
+    lock.release()
+    registry.report_of(t._api(), "ray", t.handle.pod_named("head")["metadata"]["name"])
+    ev = t.kill_head("pod", {})
+    t.wait_head_back(ev["old"], timeout=15)
+    for attempt in (lambda: t.kill_head("gcs", {}),
+                    lambda: t.throttle_registry_pulls(rate_bps=1e6, latency_ms=0, error_rate=0,
+                                                      image_mb=32, restart_workers=None,
+                                                      record={"undo": {}})):
+        with pytest.raises(FaultFailed):
+            attempt()
+    rec: dict = {}
+    t.drain_nodes(count=1, selector=None, deadline_s=5, reason="preemption", replace=True,
+                  replace_delay_s=0, record=rec)
+    t.undo(rec)
+    with pytest.raises(RaychaosError):  # the cleanup pods cannot report on sim nodes
+        t.undo({"undo": {"kind": "throttle_registry_pulls", "nodes": ["gpu-a"],
+                         "run_id": "run1", "objects": [
+                             {"api": "daemonset", "namespace": "ray",
+                              "name": "raychaos-pull-throttle-run1"}]}})
+    with pytest.raises(RaychaosError):  # no container answers the transfer probe
+        t.saturate_network(nodes=["worker-1"], bandwidth_bps=8e6, loss_pct=0, latency_ms=0,
+                           flood=True, partition=False, flood_s=5, record={})
+    with pytest.raises(FaultFailed):  # nobody injects it here
+        network._networkchaos(t._api(), "ray", "raychaos-net-run1", {"raychaos.io/run-id":
+                                                                      "run1"},
+                              [t.handle.pod_named("worker-1")], "8mbit")
+    t.undo({"undo": {"kind": "saturate_network", "objects": [], "floods": [
+        {"namespace": "ray", "pod": "gone", "container": "c"}]}})
     t.cleanup_run()
-    with fake.lock:
-        fake.remove("customresourcedefinitions", "", "networkchaos.chaos-mesh.org")
-    saturate(t, record={}, nodes=["gpu-0", "gpu-1"])
-    t.cleanup_run()
-    dry = make_target(dry_run=True)
-    dry.kill_head("gcs", {})
-    planned = set()
-    for call in dry.planned_calls():  # exec is a websocket the fake does not serve
-        m = re.match(r"/api/v1/namespaces/[^/]+/pods/[^/]+/exec$", call["path"])
-        if m:
-            planned |= {("create", "", "pods/exec"), ("get", "", "pods/exec")}
-    return planned
+    w.api.create(R.BUILTIN["poddisruptionbudgets"], "ray", {"metadata": {"name": "mu"}, "spec": {
+        "maxUnavailable": 1, "selector": {"matchLabels": {"ray.io/node-type": "worker"}}}})
+    with pytest.raises(FaultFailed):  # the budget is read to explain the 429
+        t.drain_nodes(count=1, selector=None, deadline_s=0.3, reason="preemption",
+                      replace=True, replace_delay_s=0, record=rec)
+    t.undo(rec)
+    w.api.delete(R.BUILTIN["poddisruptionbudgets"], "ray", "mu", None)
+    _code, cm = w.api.create(R.BUILTIN["configmaps"], "default", {"metadata": {"name": "o"}})
+    w.api.create(R.BUILTIN["pods"], "default", {"metadata": {"name": "elsewhere",
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "o",
+                             "uid": cm["metadata"]["uid"], "controller": True}]},
+        "spec": {"nodeName": "gpu-b", "containers": [{"name": "c", "image": "x"}]}})
+    t.drain_nodes(count=1, selector={"raychaos.io/node-pool": "gpu"}, deadline_s=5,
+                  reason="preemption", replace=True, replace_delay_s=0, record=rec)
+    t.undo(rec)
 
 
-def test_rbac_grants_every_call_and_nothing_unused(fake, make_target):
-    planned = tour(fake, make_target)
-    used = set(RECORDED_RBAC) | planned
+def test_rbac_grants_every_call_and_nothing_unused(sim, make_target, monkeypatch):
+    tour(sim, make_target, monkeypatch)
+    used = set(sim.rbac)
+    for sub in ("pods/exec", "pods/portforward"):  # a WebSocket GET, authorized as create
+        if ("get", "", sub) in used:
+            used.add(("create", "", sub))
     grants = granted()
     missing = sorted(u for u in used if u not in grants)
     assert not missing, f"deploy/rbac.yaml lacks {missing}"
@@ -69,4 +122,5 @@ def test_rbac_grants_every_call_and_nothing_unused(fake, make_target):
     assert not unused, f"deploy/rbac.yaml grants {unused} that no code path uses"
     for verb, group, resource in used:
         kind = grants[(verb, group, resource)]
-        assert (kind == "ClusterRole") == (resource in CLUSTER_SCOPED), (verb, resource, kind)
+        assert (kind == "ClusterRole") == ((verb, resource) in CLUSTER_SCOPED), \
+            (verb, resource, kind)

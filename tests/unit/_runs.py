@@ -36,6 +36,29 @@ DEFAULT_PROBES: list[dict[str, Any]] = [
 ]
 
 
+def window_stats(seconds: float, count: int, failures: int, p95: float | None,
+                 dip: float | None = None, time_back_s: float | None = None) -> dict[str, Any]:
+    """One load's statistics over one window, in ``summary["loads"]``'s shape."""
+    return {"seconds": seconds, "count": count, "failures": failures,
+            "throughput": count / seconds, "error_ratio":
+            failures / (count + failures) if count + failures else None,
+            "p50_ms": 2.0 if p95 is not None else None, "p95_ms": p95,
+            "p99_ms": None if p95 is None else p95 * 1.5, "dip": dip,
+            "time_back_s": time_back_s}
+
+
+DEFAULT_LOADS: dict[str, dict[str, dict[str, Any]]] = {
+    "task_storm": {"baseline": window_stats(20.0, 2000, 0, 4.0),
+                   "chaos": window_stats(11.0, 300, 50, 30.0, dip=0.73),
+                   "recovery": window_stats(29.0, 2900, 0, 4.0, dip=0.0, time_back_s=1.0),
+                   "run": window_stats(60.0, 5200, 50, 8.0)},
+    "serve_http": {"baseline": window_stats(20.0, 1000, 0, 9.0),
+                   "chaos": window_stats(11.0, 50, 0, 9.0, dip=0.91),
+                   "recovery": window_stats(29.0, 1450, 0, 9.0, dip=0.0, time_back_s=2.0),
+                   "run": window_stats(60.0, 2500, 0, 9.0)},
+}
+
+
 def fault_record(fid: str = "f1", fault: str = "kill_head") -> dict[str, Any]:
     return {
         "id": fid, "fault": fault, "args": {"signal": "SIGKILL"}, "state": "undone",
@@ -87,7 +110,9 @@ def make_run(root: Path, name: str = "run-a", *, title: str = "Kill the head und
              verdict: str = "fail", status: str = "completed",
              errors: list[str] | None = None, summary: bool = True, torn: bool = False,
              gcs_down: tuple[float, float] = (20.0, 26.0),
-             nodes_back_at: float = 34.0) -> Path:
+             nodes_back_at: float = 34.0, started_at: float = T0,
+             slug: str = "kill-the-head-under-load",
+             loads: dict[str, Any] | None = DEFAULT_LOADS) -> Path:
     """Write one synthetic results folder under ``root`` and return its path."""
     run = root / name
     run.mkdir(parents=True)
@@ -102,16 +127,19 @@ def make_run(root: Path, name: str = "run-a", *, title: str = "Kill the head und
         {"run_id": name, "target": target, "faults": faults}), encoding="utf-8")
     if summary:
         data = {
-            "experiment": title, "slug": "kill-the-head-under-load", "run_id": name,
+            "experiment": title, "slug": slug, "run_id": name,
             "status": status, "verdict": verdict,
             "exit_code": {"pass": 0, "fail": 1, "error": 2}[verdict],
-            "started_at": T0, "ended_at": T0 + 60.0, "duration_s": 60.0, "target": target,
+            "started_at": started_at, "ended_at": started_at + 60.0, "duration_s": 60.0,
+            "target": target,
             "windows": {"baseline": [0.0, 20.0], "chaos": [20.0, 31.0],
                         "recovery": [31.0, 60.0]},
             "probes": DEFAULT_PROBES if probes is None else probes,
             "slos": DEFAULT_SLOS if slos is None else slos,
             "faults": faults, "errors": list(errors or []),
         }
+        if loads is not None:
+            data["loads"] = loads
         (run / "summary.json").write_text(json.dumps(data, indent=2), encoding="utf-8")
     return run
 

@@ -3,7 +3,9 @@
 It implements the whole :class:`raychaos.targets.base.Target` protocol, so the session, the
 faults, the probes and the monitor run unchanged against it: a head whose GCS goes down for
 ``outage_s`` when killed and comes back as a new incarnation (or never, with
-``head_comes_back=False``), workers that stay ALIVE (or are lost with ``lose_workers``), jobs
+``head_comes_back=False``), workers that stay ALIVE (or are lost with ``lose_workers``) and
+report to the new GCS ``reregister_s`` after it is back (or never, with ``reregister=False``:
+listed ALIVE from the restored table, never heard from — what re-registration must catch), jobs
 whose driver logs carry one stats line per second (``job_rate`` completions, ``job_failures``
 failures), the sentinel actor's jobs (the watcher answering once a second while the GCS is up,
 silent once its driver is lost with the workers; the one-off check), drains and network faults
@@ -21,8 +23,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from raychaos.errors import FaultFailed, NothingMatched
-from raychaos.targets.base import NodeInfo, Refusal
+from raychaos.errors import FaultFailed, NothingMatched, TargetUnavailable
+from raychaos.targets.base import NodeInfo, Observation, Refusal
 
 STATS = "RAYCHAOS_STATS "
 SENTINEL = "RAYCHAOS_SENTINEL "
@@ -46,11 +48,18 @@ class FakeTarget:
 
     def __init__(self, outage_s: float = 1.0, head_comes_back: bool = True,
                  lose_workers: bool = False, job_rate: int = 50, job_failures: int = 0,
-                 workers: int = 2) -> None:
+                 workers: int = 2, reregister: bool = True, reregister_s: float = 0.1,
+                 observe_delay_s: float = 0.0, zombie_jobs: bool = False,
+                 undo_wait_s: float = 10.0) -> None:
         self.run_id = ""
         self.outage_s = outage_s
         self.head_comes_back = head_comes_back
         self.lose_workers = lose_workers
+        self.reregister, self.reregister_s = reregister, reregister_s
+        self.observe_delay_s = observe_delay_s  # an observe that blocks this long
+        self.zombie_jobs = zombie_jobs  # after a kill: drivers dead, jobs still read RUNNING
+        self.undo_wait_s = undo_wait_s  # how long the undo of a head kill waits for the head
+        self.back_at: float | None = None  # monotonic: when the GCS last came back
         self.job_rate, self.job_failures = job_rate, job_failures
         self.calls: list[tuple[str, Any]] = []
         self._lock = threading.Lock()
@@ -95,6 +104,7 @@ class FakeTarget:
                 return True
             if self.head_comes_back and time.monotonic() >= self.down_until:
                 self.down_until = None
+                self.back_at = time.monotonic()
                 self.head_pid += 1
                 if self.lose_workers:
                     self.lost = set(self.worker_ids)
@@ -106,8 +116,6 @@ class FakeTarget:
 
     def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:
         if not self._up():
-            from raychaos.errors import TargetUnavailable
-
             raise TargetUnavailable("fake: the GCS is down")
         out = [NodeInfo(node_id="ff" * 14, name="head", address="fake-head", state="ALIVE",
                         is_head=True)]
@@ -116,6 +124,19 @@ class FakeTarget:
             out.append(NodeInfo(node_id=wid, name=f"worker-{i + 1}", address=f"fake-{i + 1}",
                                 state=state, gpus=1.0 if i == 0 else 0.0, cpus=1.0))
         return out
+
+    def observe(self, deadline_s: float = 0.1) -> Observation:
+        if self.observe_delay_s:
+            time.sleep(self.observe_delay_s)
+        try:
+            nodes = self.nodes()
+        except TargetUnavailable as exc:
+            return Observation(False, error=str(exc))
+        back = self.back_at
+        fresh = back is None or (self.reregister and time.monotonic() - back >= self.reregister_s)
+        reported = frozenset(n.node_id for n in nodes if n.state == "ALIVE"
+                             and (n.is_head or fresh))
+        return Observation(True, nodes=nodes, reported=reported, incarnation=self.head_pid)
 
     def dashboard_url(self) -> str:
         return "http://fake-dashboard"
@@ -193,6 +214,8 @@ class FakeTarget:
                                                   "check": job["check"]}))
             return out
         out = []
+        if self.zombie_jobs and self.head_pid > 1000:  # the driver died with the head
+            return []
         while job["last"] + 1 <= now and not job.get("stopped"):
             job["last"] += 1
             up = self._up() and job_id not in self.lost
@@ -252,11 +275,11 @@ class FakeTarget:
         kind = (record.get("undo") or {}).get("kind")
         self.calls.append(("undo", kind))
         if kind == "ensure_head":
-            back = self.wait_head_back({"pid": record["undo"]["old_pid"]}, 10)
+            back = self.wait_head_back({"pid": record["undo"]["old_pid"]}, self.undo_wait_s)
             if not back["back"]:
-                from raychaos.errors import RollbackFailed
+                from raychaos.errors import NotRecovered
 
-                raise RollbackFailed("fake: the head did not come back")
+                raise NotRecovered("fake: the head did not come back")
         self.applied.pop(str(kind), None)
         return {"undone": True}
 

@@ -10,7 +10,7 @@ import pytest
 
 from raychaos.config.settings import RaychaosSettings
 from raychaos.context import Run, activate, deactivate
-from raychaos.errors import ConfigError, FaultFailed
+from raychaos.errors import ConfigError, NotRecovered
 from raychaos.faults.head import kill_head
 from raychaos.faults.network import saturate_network
 from raychaos.faults.rollback import undo_all
@@ -56,10 +56,19 @@ def test_kill_head_writes_the_ledger_first_and_marks_the_kill_on_the_timeline(ru
     assert undo_all()["undone"] == ["f1"]
 
 
-def test_a_head_that_never_returns_fails_the_fault(run):
-    run(outage_s=0.2, head_comes_back=False)
-    with pytest.raises(FaultFailed, match="did not come back within 1 s"):
+def test_a_head_that_never_returns_is_not_recovered_not_a_fault_that_failed(run):
+    r = run(outage_s=0.2, head_comes_back=False, undo_wait_s=0.3)
+    with pytest.raises(NotRecovered, match="did not come back within 1 s"):
         kill_head(mode="head", wait_s=1)
+    [record] = r.ledger.faults
+    assert record["state"] == "applied" and record["error"] is None
+    assert "did not come back" in record["not_recovered"]
+    events = [e["event"] for e in read_timeline(r.timeline.path) if e["kind"] == "event"]
+    assert "not_recovered" in events and "fault_end" not in events
+    # the rollback still waits for the head; one that never comes is not a rollback failure
+    result = undo_all()
+    assert result == {"undone": [], "not_recovered": ["f1"]}
+    assert record["state"] == "not_recovered" and r.ledger.outstanding() == []
 
 
 def test_fault_arguments_are_checked_on_a_direct_call_too(run):
@@ -101,3 +110,64 @@ def test_a_flapping_gcs_has_not_recovered(run):
     ev = gcs_recovery(timeout_s=1.5, stable_s=1.0)
     assert not ev["recovered"] and ev["gcs_recovery_s"] is None
     assert ev["gcs_flaps_after_first_answer"] >= 2
+
+
+def test_reregistration_is_measured_and_workers_listed_alive_but_silent_fail(run):
+    r = run(outage_s=0.3, reregister=False)  # the restored table says ALIVE; no raylet reports
+    kill_head(mode="head", wait_s=5)
+    ev = gcs_recovery(timeout_s=2, stable_s=0.3)
+    assert ev["reregistration"] == "measured"
+    assert ev["gcs_recovery_s"] is not None and ev["nodes_recovery_s"] is None
+    assert ev["workers_lost"] == [], "every worker reads ALIVE ..."
+    assert ev["workers_not_reregistered"] == ev["workers_before"], "... none re-registered"
+    assert r.probes[-1]["verdict"] == "fail"
+
+
+def test_reregistration_times_come_after_the_gcs_is_back(run):
+    run(outage_s=0.3, reregister_s=0.5)
+    kill_head(mode="head", wait_s=5)
+    ev = gcs_recovery(timeout_s=10, stable_s=0.3)
+    assert ev["recovered"] and ev["reregistration"] == "measured"
+    assert set(ev["reregistered_s"]) == set(ev["workers_before"])
+    assert min(ev["reregistered_s"].values()) >= ev["gcs_first_answer_s"] + 0.4
+    assert ev["nodes_recovery_s"] >= max(ev["reregistered_s"].values())
+
+
+def test_unknown_workers_before_the_kill_are_not_a_vacuous_pass(run, monkeypatch):
+    r = run(outage_s=0.3)
+    monkeypatch.setattr("raychaos.faults.head._workers_before", lambda _run: None)
+    kill_head(mode="head", wait_s=5)
+    ev = gcs_recovery(timeout_s=5, stable_s=0.3)
+    assert ev["workers_before"] is None and ev["nodes_recovery_s"] is None
+    assert r.probes[-1]["verdict"] == "unknown", "not observed: the run errors"
+
+
+def test_workers_before_come_from_the_monitor_when_the_gcs_is_slow(run, monkeypatch):
+    r = run(outage_s=0.3)
+    time.sleep(0.2)  # the monitor has sampled the cluster
+
+    def slow(timeout: float = 1.0):
+        from raychaos.errors import TargetUnavailable
+
+        raise TargetUnavailable("fake: no answer within 2 s")
+
+    monkeypatch.setattr(r.target, "nodes", slow)
+    from raychaos.faults.head import _workers_before
+
+    assert _workers_before(r) == [w[:12] for w in r.target.worker_ids]
+
+
+def test_the_monitor_writes_a_sample_every_beat_while_the_target_blocks(run):
+    r = run()
+    time.sleep(0.3)
+    r.target.observe_delay_s = 1.0  # every question now blocks for 1 s
+    time.sleep(1.5)
+    r.target.observe_delay_s = 0.0
+    time.sleep(1.2)
+    samples = [x for x in read_timeline(r.timeline.path) if x["kind"] == "sample"]
+    gaps = [b["t"] - a["t"] for a, b in zip(samples, samples[1:], strict=False)]
+    assert max(gaps) < 2 * 0.05 + 0.05, f"a sample every 50 ms beat: largest gap {max(gaps)}"
+    blocked = [x for x in samples if not x["gcs_up"]]
+    assert len(blocked) >= 15, "unanswered questions are written as down, on time"
+    assert all("no answer" in x["gcs_error"] for x in blocked)
+    assert samples[-1]["gcs_up"], "and the monitor saw the answers again"

@@ -20,7 +20,7 @@ from raychaos.observe.monitor import Monitor
 from raychaos.probes.jobs import job_survival
 from raychaos.results.store import Clock, Ledger, Timeline, read_timeline
 from raychaos.run.verdict import summarize
-from raychaos.targets.base import NodeInfo
+from raychaos.targets.base import NodeInfo, Observation
 from raychaos.targets.retry import with_backoff
 
 BASE = Path(__file__).resolve().parent / "bad_inputs" / "_good-base.yaml"
@@ -86,6 +86,14 @@ class FlakyTarget:
         self._get("/api/nodes", 0.2)
         return [NodeInfo("h" * 12, "head", "127.0.0.1", "ALIVE", is_head=True),
                 NodeInfo("w" * 12, "worker-1", "127.0.0.1", "ALIVE", gpus=1.0)]
+
+    def observe(self, deadline_s: float = 0.1) -> Observation:
+        if not self.gcs_alive(deadline_s):
+            return Observation(False, error="no answer")
+        try:
+            return Observation(True, nodes=self.nodes(deadline_s))
+        except Exception:
+            return Observation(True)  # up, node table unknown
 
     def job_status(self, job_id: str) -> str:
         try:

@@ -27,9 +27,9 @@ def test_counts_failures_errors_and_skips(tmp_path: Path) -> None:
     suite = suites[0]
     assert suite.get("name") == "Kill the head under load"
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors"),
-            suite.get("skipped")) == ("6", "1", "1", "1")
+            suite.get("skipped")) == ("7", "1", "1", "1")
     by_name = cases(root)
-    assert len(by_name) == 6
+    assert len(by_name) == 7 and list(by_name["run"]) == [], "the run itself: a passed case"
     failure = by_name["storm-p99"].find("failure")
     assert failure is not None
     assert failure.get("message") == (
@@ -37,7 +37,9 @@ def test_counts_failures_errors_and_skips(tmp_path: Path) -> None:
     assert json.loads(failure.text or "") == {"samples": 10}
     assert by_name["gcs-recovery"].find("error") is not None
     skipped = by_name["jobs-survive"].find("skipped")
-    assert skipped is not None and skipped.get("message") == "not applicable: no jobs submitted"
+    assert skipped is not None and skipped.get("message") == (
+        "not applicable: jobs-survive: job_survival_ratio over recovery measured not measured, "
+        "required >= 1.0 (no jobs submitted)")
     assert list(by_name["gcs-recovers-fast"]) == []  # passed: no child element
 
 

@@ -34,8 +34,8 @@ def run(path, **kwargs):
 '''
 
 SLOS = ["gcs-recovers-fast", "workers-reregister", "sentinel-actor-preserved",
-        "load-jobs-survive", "task-failures-during-chaos", "serve-errors-during-chaos",
-        "serve-p95-after-recovery"]
+        "load-jobs-survive", "task-failures", "storm-throughput-during-chaos",
+        "storm-throughput-back", "serve-errors", "serve-p95-after-recovery"]
 PROBES = ["gcs_recovery", "sentinel_preserved", "job_survival"]
 
 
@@ -114,13 +114,49 @@ def test_a_failing_slo_fails_pytest_with_value_and_threshold(project: pytest.Pyt
     assert cases["slo[load-jobs-survive]"].find("skipped") is not None
 
 
-def test_an_errored_run_fails_every_item_with_its_error(project: pytest.Pytester) -> None:
+def test_an_errored_run_errors_every_item_and_exits_2(project: pytest.Pytester) -> None:
     (project.path / "fake_summary.json").write_text(json.dumps(
         {"status": "errored", "verdict": "error", "errors": ["cluster unreachable"]}))
     result = project.runpytest(*PLUGIN, *FAKE, "--raychaos", "experiments/head-kill.yaml")
-    result.assert_outcomes(failed=1 + len(SLOS) + len(PROBES))
+    result.assert_outcomes(errors=1 + len(SLOS) + len(PROBES))
+    assert result.ret == 2, "as raychaos run: an error is 2, not a failure's 1"
     result.stdout.fnmatch_lines(["*the run errored: cluster unreachable*"])
     assert len(calls(project)) == 1
+
+
+def _checks(**verdicts: str) -> list[dict[str, Any]]:
+    """The checks of a summary: every item passes unless named (``probe_gcs_recovery=``)."""
+    out = [{"kind": "run", "name": "run", "verdict": verdicts.get("run", "pass"),
+            "message": verdicts.get("run_message", "the run completed")}]
+    out += [{"kind": "slo", "name": n, "verdict": verdicts.get(f"slo_{n}", "pass"),
+             "message": f"{n}: measured"} for n in SLOS]
+    out += [{"kind": "probe", "name": n, "verdict": verdicts.get(f"probe_{n}", "pass"),
+             "message": f"probe {n}: {verdicts.get(f'probe_{n}', 'pass')}"} for n in PROBES]
+    return out
+
+
+def test_a_probe_that_raised_is_an_error_of_its_item_and_exit_2(
+        project: pytest.Pytester) -> None:
+    (project.path / "fake_summary.json").write_text(json.dumps(summary(
+        verdict="error", exit_code=2, checks=_checks(probe_gcs_recovery="error"))))
+    xml = project.path / "junit.xml"
+    result = project.runpytest(*PLUGIN, *FAKE, "--raychaos", "experiments/head-kill.yaml",
+                               f"--junitxml={xml}")
+    result.assert_outcomes(passed=len(SLOS) + len(PROBES), errors=1)
+    assert result.ret == 2
+    case = {c.get("name"): c for c in ET.parse(xml).getroot().iter("testcase")}
+    assert case["probe[gcs_recovery]"].find("error") is not None
+
+
+def test_a_system_that_did_not_recover_fails_the_run_item_and_exits_1(
+        project: pytest.Pytester) -> None:
+    why = "fault f1 kill_head: the system did not recover: the head did not come back"
+    (project.path / "fake_summary.json").write_text(json.dumps(summary(
+        verdict="fail", exit_code=1, checks=_checks(run="fail", run_message=why))))
+    result = project.runpytest(*PLUGIN, *FAKE, "--raychaos", "experiments/head-kill.yaml")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=len(SLOS) + len(PROBES), failed=1)
+    result.stdout.fnmatch_lines([f"*{why}*"])
 
 
 def test_ini_option_collects_without_the_flag_and_target_is_passed(

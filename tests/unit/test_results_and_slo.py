@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from raychaos.config.settings import SloProfile, SloSpec
-from raychaos.observe.slo import evaluate, load_metrics, weighted_percentile, windows
+from raychaos.observe.loadstats import aggregate
+from raychaos.observe.slo import evaluate, weighted_percentile, windows
 from raychaos.results.store import Clock, Ledger, Timeline, read_timeline
 
 
@@ -61,12 +62,12 @@ def test_windows_end_chaos_when_a_non_lasting_fault_is_over():
 def test_load_metrics_per_window_by_hand():
     recs = synthetic()
     w = windows(recs)
-    chaos = load_metrics(recs, w["chaos"])
-    assert chaos["count"] == 100 and chaos["failures"] == 50
-    assert chaos["failure_ratio"] == 50 / 150
+    chaos, _ = aggregate(recs, w, "chaos", None)
+    assert chaos["count"] == 100 and chaos["failures"] == 50 and chaos["seconds"] == 5
+    assert chaos["error_ratio"] == round(50 / 150, 6)
     assert chaos["throughput"] == 20.0
-    base = load_metrics(recs, w["baseline"])
-    assert base["throughput"] == 100.0 and base["failure_ratio"] == 0.0
+    base, _ = aggregate(recs, w, "baseline", None)  # the first (partial) second is left out
+    assert base["throughput"] == 100.0 and base["error_ratio"] == 0.0 and base["seconds"] == 9
     assert chaos["p95_ms"] == 500.0
 
 
@@ -91,6 +92,6 @@ def test_evaluate_judges_each_slo_and_flags_unmeasured():
     assert by["dip"]["verdict"] == "fail" and by["dip"]["value"] == 0.2
     assert by["back"]["verdict"] == "pass" and by["back"]["value"] == 0.0
     assert by["gcs"]["value"] == 4.2 and by["gcs"]["verdict"] == "pass"
-    rows, _ = evaluate(profile, synthetic(), [])
-    assert {r["name"]: r["verdict"] for r in rows}["gcs"] == "fail"
+    rows, _ = evaluate(profile, synthetic(), [])  # the probe recorded nothing: not observed
+    assert {r["name"]: r["verdict"] for r in rows}["gcs"] == "error"
     assert wins["chaos"] == [10.0, 15.0]

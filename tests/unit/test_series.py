@@ -17,7 +17,7 @@ from kubernetes.client import ApiClient
 
 from raychaos import cli
 from raychaos.config.gameday import load_gameday
-from raychaos.run.runner import Progress, RunOutcome
+from raychaos.run.runner import RunOutcome
 from raychaos.run.schedule import render_yaml, schedule_manifests
 from raychaos.run.series import run_gameday, run_trials, worst_exit
 
@@ -109,6 +109,7 @@ def test_trials_write_the_distribution_next_to_the_runs(tmp_path: Path) -> None:
     assert summary["trials"] == 3 and summary["passed"] == 2
     assert summary["slos"]["gcs"]["max"] == 8.0
     assert any("3 trials, 2 passed" in line for line in lines)
+    assert "3 trial(s), 2 passed" in (folder / "trials.html").read_text()
 
 
 def test_cli_run_trials_and_gameday_exit_worst(monkeypatch: pytest.MonkeyPatch,
@@ -166,17 +167,5 @@ def test_weekly_plan_loads_and_its_manifests_deserialize(tmp_path: Path,
     assert render_yaml(docs).count("---") == 3
 
 
-def test_progress_is_less_chatty_off_a_terminal() -> None:
-    import io
-
-    assert Progress(tty=True).tick_every_s == 5.0
-    assert Progress(tty=False).tick_every_s == 30.0
-    assert Progress(quiet=True, tty=True).tick_every_s is None
-    out = io.StringIO()
-    say = Progress(quiet=True, stream=out)
-    say("load task_storm: Ray job 1")
-    say("method: injecting faults", phase=True)
-    say("results: here", essential=True)
-    text = out.getvalue()
-    assert "task_storm" not in text and "method" in text and "results" in text
+def test_worst_exit_of_a_series() -> None:
     assert worst_exit([0, 2, 1]) == 2 and worst_exit([]) == 0

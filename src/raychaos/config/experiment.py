@@ -28,7 +28,10 @@ from raychaos.config.settings import (
 )
 from raychaos.errors import ConfigError
 
-__all__ = ["Experiment", "load_experiment", "resolve_path"]
+__all__ = ["JUDGED_PROBES", "Experiment", "judged_probes", "load_experiment", "resolve_path"]
+
+#: The raychaos probes that record a verdict of their own (a check each in JUnit and pytest).
+JUDGED_PROBES = ("gcs_recovery", "job_survival", "sentinel_preserved")
 
 TOP_LEVEL = {"version", "title", "description", "tags", "contributions", "configuration",
              "secrets", "extensions", "controls", "steady-state-hypothesis", "method",
@@ -268,6 +271,17 @@ def fault_activities(exp: Experiment) -> list[tuple[str, str, dict[str, Any]]]:
             out.append((f"method[{i}].provider.arguments", str(prov.get("func")),
                         dict(prov.get("arguments") or {})))
     return out
+
+
+def judged_probes(data: dict[str, Any]) -> list[str]:
+    """The :data:`JUDGED_PROBES` the method calls, in order, each once."""
+    funcs = []
+    for act in data.get("method") or []:
+        prov = (act.get("provider") or {}) if isinstance(act, dict) else {}
+        if act.get("type") == "probe" and str(prov.get("module", "")).startswith("raychaos.") \
+                and prov.get("func") in JUDGED_PROBES:
+            funcs.append(str(prov["func"]))
+    return list(dict.fromkeys(funcs))
 
 
 def with_target(exp: Experiment, override: dict[str, Any]) -> Experiment:

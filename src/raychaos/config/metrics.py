@@ -37,8 +37,12 @@ _ALL = [
            "seconds from the head/GCS kill to the start of the first stretch of at least 5 s "
            "of uninterrupted GCS answers", "gcs_recovery_s"),
     Metric("nodes_recovery_s", "s", "lower", "probe:gcs_recovery",
-           "seconds from the kill to every previously alive worker ALIVE again with its node ID",
-           "nodes_recovery_s"),
+           "seconds from the kill until every worker alive before it is ALIVE with its node ID "
+           "AND its raylet has reported to the new GCS (re-registered, measured where the "
+           "target can tell)", "nodes_recovery_s"),
+    Metric("gcs_flaps", "count", "lower", "probe:gcs_recovery",
+           "times the GCS went down again after its first answer following the kill",
+           "gcs_flaps_after_first_answer"),
     Metric("job_survival_ratio", "ratio", "higher", "probe:job_survival",
            "fraction of load jobs RUNNING (and progressing) or SUCCEEDED after the fault",
            "ratio"),
@@ -47,15 +51,20 @@ _ALL = [
     Metric("task_failure_ratio", "ratio", "lower", "loads",
            "failed / (completed + failed) operations of the loads in the window"),
     Metric("throughput_ratio", "ratio", "higher", "loads",
-           "load throughput in the window as a fraction of baseline"),
+           "load throughput in the window (completions per wall second, stalled seconds "
+           "counted as zero) as a fraction of baseline"),
     Metric("p95_latency_ms", "ms", "lower", "loads",
            "p95 latency of the loads' completions in the window"),
     Metric("p99_latency_ms", "ms", "lower", "loads",
            "p99 latency of the loads' completions in the window"),
     Metric("throughput_recovery_s", "s", "lower", "loads",
-           "seconds after the end of chaos until throughput is back to >= 90% of baseline"),
+           "seconds after the end of chaos until a 3-second mean of throughput is back to "
+           ">= 90% of baseline"),
     Metric("checksum_errors", "count", "lower", "loads",
-           "blocks whose checksum did not match (data lost or corrupted) in the window"),
+           "blocks whose checksum did not match (corrupted) in the window"),
+    Metric("blocks_lost_or_corrupted", "count", "lower", "loads",
+           "output blocks that were corrupted (checksum mismatch) or lost (could not be "
+           "fetched) in the window"),
     Metric("gpu_stranded_frac", "ratio", "lower", "loads",
            "mean fraction of allocated GPU capacity that sat idle in the window"),
     Metric("spilled_mb", "MB", "lower", "monitor",

@@ -53,8 +53,7 @@ class KubernetesSpec:
     namespace: str = "default"
     context: str | None = None
     kubeconfig: str | None = None
-    dashboard_url: str | None = None
-    serve_url: str | None = None
+    dashboard_url: str | None = None  # default: raychaos's own port-forward to the head
     allowed_namespaces: list[str] = field(default_factory=list)
     max_nodes_at_once: int = field(default=1, metadata={"min": 1})
     dry_run: bool = False

@@ -5,54 +5,109 @@ Every figure is measured from the moment the head (or its GCS) was killed — th
 ``head_killed`` event, whose detail also names the workers alive before the kill — or, for a
 run without a kill, from the first ``fault_start``:
 
-- ``gcs_down_s``: seconds the monitor saw the GCS down (sum of sampling intervals);
+- ``gcs_down_s``: seconds the monitor saw the GCS down (sum of sampling intervals; a busy
+  GCS's late answers are not down, see ``_samples``);
 - ``gcs_first_answer_s``: the first sample with the GCS answering after it went down;
 - ``gcs_recovery_s``: the start of the first stretch of at least ``stable_s`` seconds in which
   every sample found the GCS answering — a GCS that answers once and crash-loops has not
   recovered, and a stretch cut short by the end of the timeline does not count either;
-- ``gcs_flaps``: up→down transitions after the first answer;
+- ``gcs_flaps``: up→down transitions after the first answer (a late answer from a busy GCS
+  is not a flap: see ``_samples``); ``gcs_flaps_after_recovery``:
+  those after ``gcs_recovery_s`` (a GCS that went away again after it had recovered);
 - ``nodes_recovery_s``: the first sample, once the GCS has recovered, in which every worker
-  alive before the kill is ALIVE again with the same node ID (or, without that list, as many
-  nodes as before are alive);
-- ``gpus_back_s``: until the GPU total is back at its pre-fault level (0 when it never dropped).
+  alive before the kill is ALIVE again with the same node ID **and has re-registered**: its
+  raylet answered the new GCS incarnation (``reported_ids`` of the samples, from the GCS's own
+  pull of each raylet's resource load — see :mod:`raychaos.targets.local.gcs`). A restored
+  GCS lists the old workers ALIVE at once from its table, so ALIVE alone proves nothing;
+  ``reregistration`` says ``measured`` when the samples carried that evidence and
+  ``assumed`` when the target cannot tell (then ALIVE with the same ID is all there is);
+  ``reregistered_s`` gives each worker's first report after the kill. Without the list of
+  workers before the kill, ``workers_before_unknown`` is set and the figure is None: not
+  observed, never a vacuous pass. For a run without a kill, it is the first sample with as
+  many nodes alive as before the fault;
+- ``gpus_back_s``: until the GPU total is back at its pre-fault level (0 when it never dropped);
+- ``outage_max_gap_s`` / ``outage_samples_per_s``: how densely the monitor sampled the outage
+  (first down sample to first answer) — the resolution of the figures above.
 
 ``None`` means "did not happen within the timeline". The resolution of every figure is the
-monitor's sampling interval.
+monitor's sampling interval (the monitor writes a sample every interval, answered or not).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from raychaos.observe.monitor import sample_gaps
 from raychaos.results.store import Ev
 
-__all__ = ["STABLE_S", "kill_moment", "recovery_figures"]
+__all__ = ["FIGURES", "STABLE_S", "kill_moment", "recovery_figures"]
 
 STABLE_S = 5.0
+LATE_IS_DOWN_S = 2.0  # a GCS that has answered nothing for this long is down, refusal or not
+#: The numeric figures (seconds, counts), for comparisons and distributions.
+FIGURES = ("gcs_down_s", "gcs_first_answer_s", "gcs_recovery_s", "gcs_flaps",
+           "gcs_flaps_after_recovery", "nodes_recovery_s", "gpus_back_s")
 
 
 def kill_moment(records: list[dict[str, Any]]) -> tuple[float | None, set[str] | None]:
     """``(t, workers alive before)`` of the last head kill, else the first fault start."""
+    t, before, _ = _kill(records)
+    return t, before
+
+
+def _kill(records: list[dict[str, Any]]) -> tuple[float | None, set[str] | None, bool]:
+    """``(t, workers before, is a head kill)``."""
     kills = [r for r in records if r.get("kind") == "event" and r.get("event") == Ev.HEAD_KILLED]
     if kills:
         last = max(kills, key=lambda r: r["t"])
         before = (last.get("detail") or {}).get("workers_before")
-        return float(last["t"]), (set(before) if isinstance(before, list) else None)
+        return float(last["t"]), (set(before) if isinstance(before, list) else None), True
     starts = [r["t"] for r in records if r.get("kind") == "event"
               and r.get("event") == Ev.FAULT_START and isinstance(r.get("t"), (int, float))]
-    return (float(min(starts)) if starts else None), None
+    return (float(min(starts)) if starts else None), None, False
 
 
 def _samples(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted((r for r in records if r.get("kind") == "sample"
-                   and isinstance(r.get("t"), (int, float))), key=lambda r: r["t"])
+    """The samples in time order, each with ``_up``: is the GCS there.
+
+    An answer is up; a refusal (or any error other than a missed deadline) is down. A *late*
+    sample (``gcs_late``: no answer within the deadline, no refusal either) takes the state
+    before it — late after a refusal is a GCS still starting, late after an answer is a busy
+    one (2 loaded cores make a healthy GCS miss a 160 ms deadline now and then) — unless the
+    GCS has answered nothing for ``LATE_IS_DOWN_S``: then it is down from the first late
+    sample on. A single unanswered sample between two answers is a slow answer too."""
+    out = sorted((dict(r) for r in records if r.get("kind") == "sample"
+                  and isinstance(r.get("t"), (int, float))), key=lambda r: r["t"])
+    state, i = True, 0
+    while i < len(out):
+        r = out[i]
+        if r.get("gcs_up"):
+            state = True
+            r["_up"] = True
+        elif not r.get("gcs_late"):
+            r["_up"] = (0 < i < len(out) - 1 and bool(out[i - 1].get("gcs_up"))
+                        and bool(out[i + 1].get("gcs_up")))
+            state = r["_up"]
+        else:  # a run of late samples: the state before it, unless it lasts too long
+            j = i
+            while j < len(out) and out[j].get("gcs_late") and not out[j].get("gcs_up"):
+                j += 1
+            end = out[j]["t"] if j < len(out) else out[j - 1]["t"]
+            keep = state and end - r["t"] < LATE_IS_DOWN_S
+            for k in range(i, j):
+                out[k]["_up"] = keep
+            state = keep
+            i = j
+            continue
+        i += 1
+    return out
 
 
 def _stable_since(samples: list[dict[str, Any]], hold: float) -> float | None:
     """Start of the first run of up-samples that lasts at least ``hold`` seconds."""
     start = None
     for r in samples:
-        if r.get("gcs_up"):
+        if r["_up"]:
             start = r["t"] if start is None else start
             if r["t"] - start >= hold:
                 return float(start)
@@ -82,37 +137,91 @@ def recovery_figures(records: list[dict[str, Any]], stable_s: float = STABLE_S
                      ) -> dict[str, Any]:
     """The figures of the module docstring, in seconds since the kill (see there)."""
     samples = _samples(records)
-    t0, workers_before = kill_moment(records)
+    t0, workers_before, head_kill = _kill(records)
     out: dict[str, Any] = {"gcs_down_s": None, "gcs_first_answer_s": None,
-                           "gcs_recovery_s": None, "gcs_flaps": 0, "nodes_recovery_s": None,
-                           "gpus_back_s": None}
+                           "gcs_recovery_s": None, "gcs_flaps": 0,
+                           "gcs_flaps_after_recovery": 0, "nodes_recovery_s": None,
+                           "gpus_back_s": None, "reregistration": None,
+                           "reregistered_s": {}, "workers_before_unknown": False,
+                           "outage_max_gap_s": None, "outage_samples_per_s": None}
     if t0 is None or not samples:
         return out
     after = [s for s in samples if s["t"] >= t0]
     down = sum(b["t"] - a["t"] for a, b in zip(after, after[1:], strict=False)
-               if not a.get("gcs_up"))
+               if not a["_up"])
     out["gcs_down_s"] = round(down, 3)
-    first_down = next((i for i, s in enumerate(after) if not s.get("gcs_up")), None)
+    first_down = next((i for i, s in enumerate(after) if not s["_up"]), None)
     if first_down is None:  # the GCS never went down: it was back at once
         out.update(gcs_first_answer_s=0.0, gcs_recovery_s=0.0)
         recovered_at: float | None = t0
     else:
         rest = after[first_down:]
-        first = next((s["t"] for s in rest if s.get("gcs_up")), None)
+        first = next((s["t"] for s in rest if s["_up"]), None)
         recovered_at = _stable_since(rest, stable_s)
         out["gcs_first_answer_s"] = None if first is None else round(first - t0, 3)
         out["gcs_recovery_s"] = None if recovered_at is None else round(recovered_at - t0, 3)
         if first is not None:
-            ups = [bool(s.get("gcs_up")) for s in rest if s["t"] >= first]
-            out["gcs_flaps"] = sum(1 for a, b in zip(ups, ups[1:], strict=False) if a and not b)
+            out["gcs_flaps"] = _flaps([s for s in rest if s["t"] >= first])
+        gaps = sample_gaps(rest, rest[0]["t"], first if first is not None else rest[-1]["t"])
+        out["outage_max_gap_s"], out["outage_samples_per_s"] = (gaps["max_gap_s"],
+                                                               gaps["samples_per_s"])
+        if recovered_at is not None:
+            out["gcs_flaps_after_recovery"] = _flaps([s for s in rest if s["t"] >= recovered_at])
+    if head_kill:
+        out.update(_reregistration(samples, after, t0, workers_before))
     if recovered_at is not None:
-        if workers_before is not None:
-            back = next((s["t"] for s in after if s["t"] >= recovered_at and s.get("gcs_up")
-                         and workers_before <= set(s.get("alive_ids") or [])), None)
+        if head_kill and workers_before is None:
+            out["workers_before_unknown"] = True
+        elif head_kill:
+            back = next((s["t"] for s in after if s["t"] >= recovered_at
+                         and _rejoined(s, workers_before or set(), out["_incarnation"])), None)
+            out["nodes_recovery_s"] = None if back is None else round(back - t0, 3)
         else:
             level = _back_to(samples, t0, "nodes_alive")
             back = None if level is None else max(level, recovered_at)
-        out["nodes_recovery_s"] = None if back is None else round(back - t0, 3)
+            out["nodes_recovery_s"] = None if back is None else round(back - t0, 3)
+    out.pop("_incarnation", None)
     gpus = _back_to(samples, t0, "gpus_total")
     out["gpus_back_s"] = None if gpus is None else round(gpus - t0, 3)
     return out
+
+
+def _flaps(samples: list[dict[str, Any]]) -> int:
+    ups = [s["_up"] for s in samples]
+    return sum(1 for a, b in zip(ups, ups[1:], strict=False) if a and not b)
+
+
+def _reregistration(samples: list[dict[str, Any]], after: list[dict[str, Any]], t0: float,
+                    workers: set[str] | None) -> dict[str, Any]:
+    """Whether re-registration is measured here, and when each worker re-registered."""
+    before = [s for s in samples if s["t"] < t0 and s.get("gcs_up")]
+    incarnation = before[-1].get("gcs_incarnation") if before else None
+    measured = any(isinstance(s.get("reported_ids"), list) for s in after if s.get("gcs_up"))
+    times: dict[str, float] = {}
+    if measured:
+        for s in after:
+            if not _new_incarnation(s, incarnation):
+                continue
+            for wid in s.get("reported_ids") or []:
+                if wid in (workers or set()) and wid not in times:
+                    times[wid] = round(s["t"] - t0, 3)
+    return {"reregistration": "measured" if measured else "assumed", "reregistered_s": times,
+            "_incarnation": incarnation}
+
+
+def _new_incarnation(sample: dict[str, Any], incarnation: Any) -> bool:
+    """The sample comes from a GCS incarnation other than the one before the kill (or the
+    target does not number incarnations)."""
+    now = sample.get("gcs_incarnation")
+    return incarnation is None or now is None or now != incarnation
+
+
+def _rejoined(sample: dict[str, Any], workers: set[str], incarnation: Any) -> bool:
+    """Every worker of ``workers`` is ALIVE in ``sample`` — and, where the sample says which
+    raylets reported to the current GCS, reported to a GCS incarnation after the kill."""
+    if not sample.get("gcs_up") or not workers <= set(sample.get("alive_ids") or []):
+        return False
+    reported = sample.get("reported_ids")
+    if not isinstance(reported, list):
+        return True  # the target cannot tell: ALIVE with the same node ID is all there is
+    return _new_incarnation(sample, incarnation) and workers <= set(reported)

@@ -1,26 +1,34 @@
 """SLO judgement over windows of the timeline.
 
-Windows come from the fault events on the run's one clock:
+Windows are :mod:`raychaos.observe.windows`' (``baseline``, ``chaos``, ``recovery``, ``run``);
+load figures are :mod:`raychaos.observe.loadstats`' (per wall second, zero lines for stalled
+seconds); probe figures are the probes' evidence (the metric registry,
+:mod:`raychaos.config.metrics`, says which).
 
-``baseline``, ``chaos``, ``recovery`` and ``run``, as :mod:`raychaos.observe.windows`
-defines them.
+Each SLO row gets one of four verdicts:
 
-Load metrics are computed from the per-second ``load`` records. Window percentiles are the
-count-weighted percentiles of the per-second percentiles — an approximation (the loads do not ship
-raw samples) that is exact when latencies are steady within each second, and is reported as such.
+- ``pass`` / ``fail``: the value met / did not meet the threshold;
+- ``fail`` also when the value does not exist because the *system* did not produce it: nothing
+  completed in the window (no latency, no failure ratio: the load stalled), the GCS or the
+  workers never came back, throughput never returned to 90 % of baseline;
+- ``error`` when the *harness* could not observe it: the producing probe raised, recorded
+  nothing or could not observe (``unknown``), the load never reported, the field is not in
+  the load's stats, there is no baseline to compare with;
+- ``n/a`` when it does not apply to this run: no job to survive, no sentinel, no chaos window.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
 from raychaos.catalog import stats_format
+from raychaos.config.metrics import METRICS, probe_of
 from raychaos.config.settings import SloProfile, SloSpec
+from raychaos.observe.loadstats import aggregate, load_end, load_names, series, time_back
 from raychaos.observe.windows import windows
 
-__all__ = ["OPS", "evaluate", "load_metrics", "weighted_percentile", "windows"]
+__all__ = ["OPS", "evaluate", "metric_value", "weighted_percentile", "windows"]
 
 OPS = {
     "<=": lambda v, t: v <= t,
@@ -29,6 +37,8 @@ OPS = {
     ">": lambda v, t: v > t,
     "==": lambda v, t: v == t,
 }
+Wins = dict[str, tuple[float, float]]
+Measured = tuple[float | None, str, dict[str, Any]]  # (value, verdict when None, evidence)
 
 
 def weighted_percentile(pairs: Iterable[tuple[float | None, float]], q: float) -> float | None:
@@ -37,116 +47,136 @@ def weighted_percentile(pairs: Iterable[tuple[float | None, float]], q: float) -
     return result
 
 
-def _in(records: list[dict[str, Any]], window: tuple[float, float],
-        load: str | None) -> list[dict[str, Any]]:
-    lo, hi = window
-    return [r for r in records if r.get("kind") == "load" and lo <= r["t"] < hi
-            and (load is None or r.get("load") == load)]
+def _from_probe(slo: SloSpec, probes: dict[str, dict[str, Any]]) -> Measured:
+    probe = probe_of(slo.metric)
+    assert probe is not None
+    entry = probes.get(probe)
+    if entry is None:
+        return None, "error", {"probe": probe,
+                               "note": f"not measured: the {probe} probe recorded nothing"}
+    verdict = entry.get("verdict")
+    evidence = entry.get("evidence") or {}
+    if verdict == "unknown":
+        return None, "error", {"probe": probe, "note": f"not measured: the {probe} probe "
+                                                       f"could not observe "
+                                                       f"{evidence.get('unobserved')}"}
+    if verdict == "n/a":
+        return None, "n/a", {"probe": probe, "note": evidence.get("note", "not applicable")}
+    key = METRICS[slo.metric].evidence_key or slo.metric
+    value = evidence.get(key)
+    if isinstance(value, bool):
+        value = float(value)
+    if value is None:
+        return None, "fail", {"probe": probe, "note": f"{key} did not happen within the run"}
+    return float(value), "fail", {"probe": probe}
 
 
-def load_metrics(records: list[dict[str, Any]], window: tuple[float, float],
-                 load: str | None = None) -> dict[str, Any]:
-    """Throughput, error ratio and latency percentiles of the loads inside ``window``."""
-    rows = _in(records, window, load)
-    count = sum(r.get("count", 0) for r in rows)
-    failures = sum(r.get("failures", 0) for r in rows)
-    seconds = max(window[1] - window[0], 1e-9)
-    names = {r.get("load") for r in rows}
-    per_load_seconds = max(len(rows) / max(len(names), 1), 1.0) if rows else 0.0
-    return {
-        "records": len(rows),
-        "count": count,
-        "failures": failures,
-        "seconds": round(seconds, 3),
-        "throughput": count / per_load_seconds if per_load_seconds else 0.0,
-        "failure_ratio": failures / (count + failures) if count + failures else None,
-        "p50_ms": weighted_percentile(((r.get("p50_ms"), r.get("count", 0)) for r in rows), 50),
-        "p95_ms": weighted_percentile(((r.get("p95_ms"), r.get("count", 0)) for r in rows), 95),
-        "p99_ms": weighted_percentile(((r.get("p99_ms"), r.get("count", 0)) for r in rows), 99),
-    }
-
-
-def throughput_recovery_s(records: list[dict[str, Any]], wins: dict[str, tuple[float, float]],
-                          load: str | None = None, fraction: float = 0.9) -> float | None:
-    """Seconds after the end of chaos until a 3-second mean of throughput ≥ fraction×baseline."""
-    if "chaos" not in wins:
-        return None
-    base = load_metrics(records, wins["baseline"], load)["throughput"]
-    if not base:
-        return None
-    per_second: dict[int, float] = {}
-    for r in _in(records, (wins["chaos"][0], math.inf), load):
-        per_second[int(math.floor(r["t"]))] = per_second.get(int(math.floor(r["t"])), 0) + r.get(
-            "count", 0)
-    start = int(math.floor(wins["chaos"][1]))
-    last = max(per_second, default=start)
-    for s in range(start, last - 1):
-        mean = sum(per_second.get(s + k, 0) for k in range(3)) / 3.0
-        if mean >= fraction * base:
-            return max(0.0, s - wins["chaos"][1])
-    return None
-
-
-def metric_value(slo: SloSpec, records: list[dict[str, Any]],
-                 wins: dict[str, tuple[float, float]], probes: dict[str, dict[str, Any]]
-                 ) -> tuple[float | None, dict[str, Any]]:
-    """The measured value of one SLO's metric, with the evidence it came from."""
-    ev_gcs = probes.get("gcs_recovery", {}).get("evidence", {})
-    if slo.metric == "gcs_recovery_s":
-        return ev_gcs.get("gcs_recovery_s"), {"probe": "gcs_recovery"}
-    if slo.metric == "nodes_recovery_s":
-        return ev_gcs.get("nodes_recovery_s"), {"probe": "gcs_recovery"}
-    if slo.metric == "job_survival_ratio":
-        return probes.get("job_survival", {}).get("evidence", {}).get("ratio"), {
-            "probe": "job_survival"}
-    if slo.metric == "sentinel_preserved":
-        ev = probes.get("sentinel_preserved", {}).get("evidence")
-        return (None if ev is None else float(bool(ev.get("preserved")))), {
-            "probe": "sentinel_preserved"}
+def _from_loads(slo: SloSpec, records: list[dict[str, Any]], wins: Wins) -> Measured:
+    who = f"load {slo.load}" if slo.load else "the loads"
+    if slo.load and slo.load not in load_names(records) or not load_names(records):
+        return None, "error", {"note": f"not measured: no stats from {who}"}
     if slo.metric == "throughput_recovery_s":
-        return throughput_recovery_s(records, wins, slo.load), {"window": "after chaos"}
+        return _time_back(slo, records, wins, who)
     if slo.window not in wins:
-        return None, {"note": f"the run has no {slo.window} window (no fault was applied)"}
-    m = load_metrics(records, wins[slo.window], slo.load)
-    evidence = {k: m[k] for k in ("records", "count", "failures", "seconds")}
+        return None, "n/a", {"note": f"the run has no {slo.window} window (no fault was "
+                                     "applied)"}
+    stats, rows = aggregate(records, wins, slo.window, slo.load)
+    evidence: dict[str, Any] = {k: stats[k] for k in ("seconds", "count", "failures",
+                                                     "throughput")}
     if slo.metric == "task_failure_ratio":
-        return m["failure_ratio"], evidence
+        return stats["error_ratio"], "fail", {**evidence, "note": f"nothing completed or "
+                                              f"failed in {slo.window}: {who} stalled"}
     if slo.metric == "throughput_ratio":
-        base = load_metrics(records, wins["baseline"], slo.load)["throughput"]
-        evidence["baseline_throughput"] = base
-        return (m["throughput"] / base if base else None), evidence
+        base, _ = aggregate(records, wins, "baseline", slo.load)
+        evidence["baseline_throughput"] = base["throughput"]
+        if not base["throughput"]:
+            return None, "error", {**evidence, "note": "not measured: no baseline throughput"}
+        return (stats["throughput"] or 0.0) / base["throughput"], "fail", evidence
     if slo.metric in ("p95_latency_ms", "p99_latency_ms"):
-        return m[slo.metric.split("_")[0] + "_ms"], evidence
-    rows = _in(records, wins[slo.window], slo.load)
-    if slo.metric == "checksum_errors":
-        counted = [r for r in rows if "checksum_errors" in r]
-        return (sum(r["checksum_errors"] for r in counted) if counted else None), evidence
+        key = slo.metric.split("_")[0] + "_ms"
+        return stats[key], "fail", {**evidence, "note": f"no completions in {slo.window}: "
+                                                       f"{who} stalled"}
+    field = {"checksum_errors": ("checksum_errors",),
+             "blocks_lost_or_corrupted": ("checksum_errors", "lost_outputs"),
+             "gpu_stranded_frac": ("gpu_stranded_frac",)}.get(slo.metric)
+    if field is None:
+        return None, "error", {"note": f"unknown metric {slo.metric}"}
+    counted = [r for r in rows if all(f in r for f in field)]
+    if not counted:
+        return None, "error", {**evidence, "note": f"not measured: {who} reports no "
+                                                   f"{' / '.join(field)} in {slo.window}"}
     if slo.metric == "gpu_stranded_frac":
-        vals = [r["gpu_stranded_frac"] for r in rows if r.get("gpu_stranded_frac") is not None]
-        return (sum(vals) / len(vals) if vals else None), evidence
-    if slo.metric == "spilled_mb":
-        lo, hi = wins[slo.window]
-        vals = [r["spilled_mb"] for r in records if r.get("kind") == "sample"
-                and lo <= r["t"] < hi and r.get("spilled_mb") is not None]
-        return (max(vals) if vals else None), {"samples": len(vals)}
-    return None, {"note": f"unknown metric {slo.metric}"}
+        vals = [r["gpu_stranded_frac"] for r in counted if r["gpu_stranded_frac"] is not None]
+        return (sum(vals) / len(vals) if vals else None), "error", evidence
+    evidence["lines"] = len(counted)
+    return float(sum(sum(r[f] or 0 for f in field) for r in counted)), "fail", evidence
+
+
+def _time_back(slo: SloSpec, records: list[dict[str, Any]], wins: Wins, who: str) -> Measured:
+    if "chaos" not in wins:
+        return None, "n/a", {"note": "the run has no chaos window (no fault was applied)"}
+    end = load_end(records)
+    backs = {}
+    for name in [slo.load] if slo.load else load_names(records):
+        rows = series(records, name, end)
+        base, _ = aggregate(records, wins, "baseline", name)
+        if not base["throughput"]:
+            return None, "error", {"note": f"not measured: no baseline throughput of {name}"}
+        backs[name] = time_back(rows, wins["chaos"][1], base["throughput"])
+    evidence = {"window": "after chaos", "per_load": backs}
+    if any(v is None for v in backs.values()):
+        return None, "fail", {**evidence, "note": f"{who} never came back to 90 % of "
+                                                  "baseline throughput"}
+    return float(max(v for v in backs.values() if v is not None)), "fail", evidence
+
+
+def _from_monitor(slo: SloSpec, records: list[dict[str, Any]], wins: Wins) -> Measured:
+    if slo.window not in wins:
+        return None, "n/a", {"note": f"the run has no {slo.window} window"}
+    lo, hi = wins[slo.window]
+    vals = [r["spilled_mb"] for r in records if r.get("kind") == "sample"
+            and lo <= r["t"] < hi and r.get("spilled_mb") is not None]
+    if not vals:
+        return None, "error", {"samples": 0, "note": "not measured: no spill figures from "
+                                                    "the raylets' metrics"}
+    return float(max(vals)), "fail", {"samples": len(vals)}
+
+
+def metric_value(slo: SloSpec, records: list[dict[str, Any]], wins: Wins,
+                 probes: dict[str, dict[str, Any]]) -> Measured:
+    """The measured value of one SLO's metric, the verdict if it has none, and evidence."""
+    producer = METRICS[slo.metric].producer
+    if producer.startswith("probe:"):
+        return _from_probe(slo, probes)
+    if producer == "loads":
+        return _from_loads(slo, records, wins)
+    return _from_monitor(slo, records, wins)
 
 
 def evaluate(profile: SloProfile | None, records: list[dict[str, Any]],
-             probes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+             probes: list[dict[str, Any]], wins: Wins | None = None
+             ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every SLO of the profile judged on this run: (rows, windows)."""
-    wins = windows(records)
-    by_name = {p["name"]: p for p in probes}
+    wins = windows(records) if wins is None else wins
+    by_name: dict[str, dict[str, Any]] = {}
+    for p in probes:  # a probe run twice: the worst of its verdicts speaks
+        if p["name"] not in by_name or _rank(p["verdict"]) > _rank(by_name[p["name"]]["verdict"]):
+            by_name[p["name"]] = p
     rows = []
     for slo in (profile.slos if profile else []):
-        value, evidence = metric_value(slo, records, wins, by_name)
+        value, otherwise, evidence = metric_value(slo, records, wins, by_name)
         if value is None:
-            verdict = "fail"
+            verdict = otherwise
             evidence = {**evidence, "note": evidence.get("note", "not measured in this run")}
         else:
             verdict = "pass" if OPS[slo.op](value, slo.threshold) else "fail"
+            evidence.pop("note", None)
         rows.append({"name": slo.name, "metric": slo.metric, "window": slo.window,
                      "load": slo.load, "value": None if value is None else round(value, 4),
                      "op": slo.op, "threshold": slo.threshold, "verdict": verdict,
                      "description": slo.description, "evidence": evidence})
     return rows, {k: [round(v[0], 3), round(v[1], 3)] for k, v in wins.items()}
+
+
+def _rank(verdict: str) -> int:
+    return {"n/a": 0, "pass": 1, "fail": 2, "unknown": 3, "error": 3}.get(verdict, 3)

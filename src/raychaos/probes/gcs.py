@@ -3,8 +3,11 @@
 Recovery is read from the monitor's timeline, not from an ad-hoc timer: the start of the first
 stretch of at least 5 s in which every sample found the GCS answering (a GCS that answers once
 and then goes away again has not recovered; the first answer and the flaps are reported too), and
-the first sample in which every worker that was alive before the fault (same node IDs:
-re-registered, not replaced) was ALIVE again.
+the first sample in which every worker that was alive before the fault (same node IDs: not
+replaced) was ALIVE again and had re-registered — its raylet reported to the new GCS
+incarnation, where the target can tell (``reregistration: measured``; otherwise ``assumed``).
+Without the list of workers alive before the kill the probe could not observe re-registration:
+its verdict is ``unknown`` (the run errors), never a vacuous pass.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ def gcs_recovery(timeout_s: Annotated[float, Range(0, 3600)] = 180.0,
         raise ProbeFailed("gcs_recovery: no head or GCS kill happened in this run before the "
                           "probe (put it after a kill_head action in the method)")
     kill = kills[-1]
-    workers_before = set(kill.get("workers_before") or [])
+    known_before = kill.get("workers_before")
+    workers_before = set(known_before or [])
     # wait on the timeline (the monitor's samples) until both figures exist: the GCS answering
     # for STABLE_S without a miss, and every worker of before the kill ALIVE again
     deadline = time.monotonic() + timeout_s
@@ -58,7 +62,7 @@ def gcs_recovery(timeout_s: Annotated[float, Range(0, 3600)] = 180.0,
         records = read_timeline(run.timeline.path)
         figures = recovery_figures(records, stable_s)
         done = figures["gcs_recovery_s"] is not None and figures["nodes_recovery_s"] is not None
-        if done or time.monotonic() > deadline:
+        if done or figures["workers_before_unknown"] or time.monotonic() > deadline:
             break
         run.timeline.wait(0.5)  # the monitor's next sample
     last: dict[str, Any] = next((r for r in reversed(records) if r.get("kind") == "sample"),
@@ -69,17 +73,25 @@ def gcs_recovery(timeout_s: Annotated[float, Range(0, 3600)] = 180.0,
         **{k: figures[k] for k in ("gcs_recovery_s", "gcs_first_answer_s", "nodes_recovery_s",
                                    "gcs_down_s", "gpus_back_s")},
         "gcs_flaps_after_first_answer": figures["gcs_flaps"],
+        "reregistration": figures["reregistration"],
+        "reregistered_s": figures["reregistered_s"],
         "gcs_down_samples": sum(1 for r in records if r.get("kind") == "sample"
                                 and r["t"] >= kill["t"] and not r.get("gcs_up")),
         "sample_interval_s": run.settings.monitor.interval_s, "stable_s": stable_s,
-        "workers_before": sorted(workers_before),
+        "workers_before": None if known_before is None else sorted(workers_before),
         "workers_after": sorted(workers_after),
         "workers_lost": sorted(workers_before - workers_after),
+        "workers_not_reregistered": (sorted(workers_before - set(figures["reregistered_s"]))
+                                     if figures["reregistration"] == "measured" else None),
         "old_head": kill.get("old"),
         "new_head": run.target.head_identity(),
     }
     evidence["head_replaced"] = (evidence["new_head"].get("pid") != (kill.get("old") or {}).get(
         "pid")) if evidence["new_head"].get("pid") else None
     evidence["recovered"] = done
-    run.record_probe("gcs_recovery", "pass" if done else "fail", evidence)
+    verdict = "pass" if done else "fail"
+    if known_before is None:
+        evidence["unobserved"] = "the workers alive before the kill (the GCS did not answer)"
+        verdict = "unknown" if figures["gcs_recovery_s"] is not None else "fail"
+    run.record_probe("gcs_recovery", verdict, evidence)
     return evidence

@@ -53,22 +53,39 @@ def run_job(target: Target, entrypoint: str, timeout: float = 120.0,
     return status, lines
 
 
-def _progress(run: Any, names: list[str], timeout_s: float, recent_s: float = 15.0
-              ) -> dict[str, dict[str, Any]]:
-    """For each load: did it complete work within ``recent_s`` (waiting up to ``timeout_s``)?"""
+def since_fault(records: list[dict[str, Any]]) -> float | None:
+    """From when a load must show progress to count as alive: the end of the last fault's
+    effect (a kill: when the head was back) or, for a fault still applied (a throttle, a
+    drain), the moment it landed. None: no fault landed."""
+    from raychaos.results.store import Ev
+
+    marks = [float(r["t"]) for r in records if r.get("kind") == "event"
+             and r.get("event") in (Ev.FAULT_END, Ev.FAULT_APPLIED)]
+    return max(marks) if marks else None
+
+
+def _progress(run: Any, names: list[str], timeout_s: float) -> dict[str, dict[str, Any]]:
+    """For each load: did it complete work in a whole second that began after the fault
+    (:func:`since_fault`)? Waits up to ``timeout_s``. A line from before the fault — read late
+    from the driver log, or the last one a dead driver wrote — is no proof of life."""
     from raychaos.results.store import read_timeline
 
     deadline = time.monotonic() + timeout_s
     out: dict[str, dict[str, Any]] = {}
     while True:
+        records = read_timeline(run.timeline.path)
+        since = since_fault(records)
         now = run.clock.t()
         last: dict[str, float] = {}
-        for r in read_timeline(run.timeline.path):
-            if r.get("kind") == "load" and r.get("count", 0) > 0:
+        for r in records:
+            # a stats line's t ends its second: the whole second must lie after the fault
+            if r.get("kind") == "load" and r.get("count", 0) > 0 and (
+                    since is None or float(r["t"]) - 1.0 >= since):
                 name = str(r.get("load"))
-                last[name] = max(last.get(name, 0.0), float(r["t"]))
+                last[name] = max(last.get(name, float("-inf")), float(r["t"]))
         out = {n: {"last_progress_s_ago": round(now - last[n], 1) if n in last else None,
-                   "progressing": n in last and now - last[n] <= recent_s} for n in names}
+                   "progress_since_s": None if since is None else round(since, 3),
+                   "progressing": n in last} for n in names}
         if all(v["progressing"] for v in out.values()) or time.monotonic() > deadline:
             return out
         run.timeline.wait(1.0)  # the next record (a load's stats line) may be the one
@@ -92,10 +109,11 @@ def job_survival(timeout_s: Annotated[float, Range(0, 3600)] = 90.0) -> dict[str
             break
         time.sleep(1.0)
     # RUNNING is not enough: a job whose driver's node died can read RUNNING for a while. A
-    # running load must also be making progress (a stats line with completions lately).
+    # running load must also have made progress after the fault (completions in a second
+    # that began after it).
     progress = _progress(run, [n for n, s in states.items() if s == "RUNNING"], timeout_s)
     survived = [n for n, s in states.items() if s == "SUCCEEDED" or (
-        s == "RUNNING" and progress.get(n, {}).get("progressing", True))]
+        s == "RUNNING" and progress.get(n, {}).get("progressing", False))]
     evidence = {"jobs": {n: {"job_id": jobs[n], "status": s, **progress.get(n, {})}
                          for n, s in states.items()},
                 "survived": len(survived), "total": len(jobs),

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from raychaos.catalog import stats_format
-from raychaos.observe.recovery import recovery_figures
+from raychaos.observe.recovery import FIGURES, recovery_figures
 from raychaos.results.store import load_run
 
-__all__ = ["compare_runs", "format_comparison", "format_trials", "recovery_figures",
-           "summarize_trials"]
+__all__ = ["compare_runs", "format_comparison", "format_trials", "judge_change",
+           "recovery_figures", "summarize_trials"]
 
 def _worse_by(op: str, a: float, b: float, threshold: float | None) -> float:
     """How much worse B is than A, relative to A (positive = worse)."""
@@ -61,6 +61,14 @@ def _row(name: str, a: Any, b: Any, op: str, threshold: float | None, tolerance:
             "regression": bool(reasons), "reason": "; ".join(reasons)}
 
 
+def judge_change(name: str, a: Any, b: Any, op: str, threshold: float | None,
+                 tolerance: float, a_verdict: Any = None, b_verdict: Any = None
+                 ) -> dict[str, Any]:
+    """One figure of run B against reference run A, by the rule of the module docstring
+    (``history`` marks regressions with it too)."""
+    return _row(name, a, b, op, threshold, tolerance, a_verdict, b_verdict)
+
+
 def compare_runs(run_a: str | Path, run_b: str | Path, tolerance: float = 0.2) -> dict[str, Any]:
     """Compare run B against reference run A.
 
@@ -83,8 +91,8 @@ def compare_runs(run_a: str | Path, run_b: str | Path, tolerance: float = 0.2) -
                              sa.get("verdict"), sb.get("verdict")))
     notes += [f"SLO {name!r} is only in B" for name in slos_b]
     rec_a, rec_b = recovery_figures(va.records), recovery_figures(vb.records)
-    rec_rows = [_row(k, rec_a[k], rec_b.get(k), "<=", None, tolerance) for k in rec_a
-                if k != "gcs_flaps" or rec_a[k] or rec_b.get(k)]
+    rec_rows = [_row(k, rec_a[k], rec_b.get(k), "<=", None, tolerance) for k in FIGURES
+                if not k.startswith("gcs_flaps") or rec_a[k] or rec_b.get(k)]
     regressions = [f"{kind} {r['name']}: {r['reason']} (A {_fmt(r['a'])}, B {_fmt(r['b'])})"
                    for kind, rows in (("SLO", slo_rows), ("recovery", rec_rows))
                    for r in rows if r["regression"]]
@@ -182,7 +190,7 @@ def summarize_trials(run_dirs: list[str | Path]) -> dict[str, Any]:
                           "pass_rate": judged.count("pass") / len(judged) if judged else None}
     figures = [recovery_figures(v.records) for v in views]
     recovery = {k: stats([f[k] for f in figures if isinstance(f.get(k), (int, float))])
-                for k in (figures[0] if figures else {})}
+                for k in (FIGURES if figures else ())}
     return {"trials": len(views), "passed": passed,
             "pass_rate": passed / len(views) if views else None, "verdicts": verdicts,
             "slos": out_slos, "recovery": recovery,

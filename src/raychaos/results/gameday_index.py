@@ -1,8 +1,11 @@
-"""A game day's ``index.html``: each run's verdict, linked to its own report.
+"""A game day's ``index.html``: each run's verdict, linked to its own report, and the runs side
+by side.
 
 A game day is read after the fact, like one run's report: one self-contained page (the same CSS
 as :mod:`raychaos.results.report`) listing each run's experiment, status, verdict, duration and
-failing checks, linked relatively so the folder can be archived and opened anywhere.
+failing checks, linked relatively so the folder can be archived and opened anywhere; then every
+run's figures side by side and each SLO's spread across the runs
+(:mod:`raychaos.results.series_page`).
 """
 
 from __future__ import annotations
@@ -23,16 +26,19 @@ def build_gameday_report(gameday_dir: str | Path, run_dirs: list[str | Path], *,
     ``build_missing`` builds a run's report.html first when it is absent. The overall verdict
     is ``error`` if any run errored (or did not finish), else ``fail`` if any failed.
     """
+    from raychaos.results.interactive import plotly_loader
     from raychaos.results.report import CSS, badge, build_report, esc, fmt_num, load_run
+    from raychaos.results.series_page import distributions, side_by_side
 
     out_dir = Path(gameday_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows, verdicts = [], []
+    rows, verdicts, views = [], [], []
     for run in map(Path, run_dirs):
         report = run / "report.html"
         if build_missing and run.is_dir() and not report.exists():
             build_report(run)
         view = load_run(run)
+        views.append(view)
         s = view.summary
         verdicts.append(s.get("verdict"))
         failing = [str(x.get("name")) for x in (s.get("slos") or []) + (s.get("probes") or [])
@@ -57,7 +63,10 @@ def build_gameday_report(gameday_dir: str | Path, run_dirs: list[str | Path], *,
 {len(verdicts) - verdicts.count('pass') - verdicts.count('fail')} errored or unfinished.</p>
 <table><tr><th>experiment</th><th>status</th><th>verdict</th><th>duration (s)</th>
 <th>failing SLOs / probes</th></tr>{''.join(rows)}</table>
+<h2>The runs side by side</h2>{side_by_side(views, out_dir)}
+<h2>Each SLO across the runs</h2>{distributions(views)}
 <p><small>raychaos game-day report, built {html.escape(built)}</small></p>
+{plotly_loader()}
 </body></html>
 """
     index = out_dir / "index.html"

@@ -2,13 +2,18 @@
 
 Jenkins, GitLab and GitHub test reporters all read JUnit XML; mapping a chaos run onto it lets a
 pipeline show *which* SLO broke and by how much without anyone opening the results folder.
-Mapping (one ``<testsuite>`` per run, inside ``<testsuites>``):
+The test cases are the run's checks (:mod:`raychaos.results.checks`, the same the pytest plugin
+and the verdict table show), one ``<testsuite>`` per run inside ``<testsuites>``:
 
-- each probe and each SLO is a ``<testcase>`` (classname ``raychaos.<slug>.probe`` / ``.slo``);
-- verdict ``fail`` -> ``<failure>`` whose message names the measured value, op and threshold;
-- verdict ``error`` -> ``<error>``; verdict ``n/a`` -> ``<skipped>``;
-- a run that did not complete (no summary.json, or status other than ``completed``) gets one
-  more test case, ``run``, as an ``<error>`` — otherwise a crashed run would show up green.
+- each probe and each SLO is a ``<testcase>`` (classname ``raychaos.<slug>.probe`` / ``.slo``),
+  and ``run`` (classname ``raychaos.<slug>``) says whether the run itself completed, the
+  hypothesis held and the system recovered;
+- verdict ``fail`` -> ``<failure>`` whose message names the measured value, op and threshold
+  (or why the run failed); ``error`` -> ``<error>``; ``n/a`` -> ``<skipped>``;
+- a run that left no summary.json (crashed, killed) gets ``run`` as an ``<error>`` — otherwise
+  a crashed run would show up green;
+- the suite's properties: run id, status, verdict, exit code, and every per-load per-window
+  figure of ``summary.json`` as ``load.<load>.<window>.<figure>``.
 
 Text goes through ElementTree (which escapes ``<``, ``&`` and quotes) after characters that XML
 1.0 cannot carry at all (ANSI escapes, NULs from a crashed process's output) are replaced.
@@ -23,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from raychaos.results.checks import checks_of, slo_message
 from raychaos.results.store import load_run
 
 __all__ = ["junit_tree", "slo_message", "write_junit"]
@@ -34,21 +40,6 @@ _ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 def clean(value: Any) -> str:
     """Text safe for an XML 1.0 document (ElementTree does the escaping)."""
     return _ILLEGAL.sub("\ufffd", "" if value is None else str(value))
-
-
-def slo_message(slo: dict[str, Any]) -> str:
-    """One sentence: ``storm-p99: p99_latency_ms over chaos (load task_storm) was 40 ms...``.
-
-    Always names the measured value, the op and the threshold.
-    """
-    where = f"over {slo.get('window')}"
-    if slo.get("load"):
-        where += f" (load {slo.get('load')})"
-    value = slo.get("value")
-    shown = "not measured" if value is None else f"{value:g}" if isinstance(
-        value, (int, float)) else str(value)
-    return (f"{slo.get('name')}: {slo.get('metric')} {where} measured {shown}, "
-            f"required {slo.get('op')} {slo.get('threshold')}")
 
 
 def _evidence_text(evidence: Any) -> str:
@@ -80,25 +71,28 @@ def junit_tree(run_dir: str | Path) -> ET.ElementTree:
     suite = ET.SubElement(root, "testsuite", name=clean(s.get("experiment") or slug))
     counts = {"failure": 0, "error": 0, "skipped": 0, "pass": 0}
 
-    for probe in s.get("probes") or []:
-        evidence = probe.get("evidence") or {}
-        msg = f"probe {probe.get('name')}: verdict {probe.get('verdict')}"
-        if isinstance(evidence, dict) and evidence.get("error"):
-            msg += f": {evidence['error']}"
-        counts[_case(suite, f"raychaos.{slug}.probe", probe.get("name"), probe.get("verdict"),
-                     msg, _evidence_text(evidence))] += 1
-    for slo in s.get("slos") or []:
-        msg = slo_message(slo)
-        if slo.get("verdict") == "n/a":
-            reason = (slo.get("evidence") or {}).get("reason")
-            msg = f"not applicable: {reason}" if reason else f"not applicable: {msg}"
-        counts[_case(suite, f"raychaos.{slug}.slo", slo.get("name"), slo.get("verdict"),
-                     msg, _evidence_text(slo.get("evidence")))] += 1
-    status = s.get("status")
-    if not view.complete or status != "completed":
-        why = "; ".join(view.notes) if not view.complete else f"run status {status}"
+    probes = {str(p.get("name")): p for p in s.get("probes") or []}
+    slos = {str(x.get("name")): x for x in s.get("slos") or []}
+    checks = checks_of(s)
+    if not view.complete:
+        checks = [c for c in checks if c["kind"] != "run"]
         body = "\n".join([*view.notes, *map(str, s.get("errors") or [])])
-        counts[_case(suite, f"raychaos.{slug}", "run", "error", why, body)] += 1
+        checks.append({"kind": "run", "name": "run", "verdict": "error",
+                       "message": "; ".join(view.notes), "body": body})
+    for c in checks:
+        kind = c["kind"]
+        classname = f"raychaos.{slug}" + ("" if kind == "run" else f".{kind}")
+        if kind == "probe":
+            body = _evidence_text((probes.get(c["name"]) or {}).get("evidence"))
+        elif kind == "slo":
+            body = _evidence_text((slos.get(c["name"]) or {}).get("evidence"))
+        else:
+            body = c.get("body") or "\n".join(map(str, [*(s.get("failures") or []),
+                                                         *(s.get("errors") or [])]))
+        message = c["message"]
+        if c["verdict"] == "n/a" and kind == "slo":
+            message = f"not applicable: {message}"
+        counts[_case(suite, classname, c["name"], c["verdict"], message, body)] += 1
 
     suite.set("tests", str(sum(counts.values())))
     suite.set("failures", str(counts["failure"]))
@@ -113,6 +107,11 @@ def junit_tree(run_dir: str | Path) -> ET.ElementTree:
     props = ET.SubElement(suite, "properties")
     for key in ("run_id", "status", "verdict", "exit_code"):
         ET.SubElement(props, "property", name=key, value=clean(s.get(key)))
+    for load, per in sorted((s.get("loads") or {}).items()):
+        for window, stats in per.items():
+            for figure, value in stats.items():
+                ET.SubElement(props, "property", name=clean(f"load.{load}.{window}.{figure}"),
+                              value=clean("null" if value is None else value))
     if s.get("errors"):
         ET.SubElement(suite, "system-err").text = clean("\n".join(map(str, s["errors"])))
     for key in ("tests", "failures", "errors", "skipped", "time"):

@@ -17,7 +17,7 @@ from collections import defaultdict
 from io import BytesIO
 from typing import Any
 
-__all__ = ["EVENT_STYLES", "render_timeline_png"]
+__all__ = ["EVENT_STYLES", "gcs_spans", "load_series", "render_timeline_png"]
 
 # event -> (colour, line style, legend label)
 EVENT_STYLES: dict[str, tuple[str, Any, str]] = {
@@ -42,7 +42,7 @@ def _num(value: Any) -> float:
     return out if math.isfinite(out) else math.nan
 
 
-def _load_series(records: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+def load_series(records: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
     """Per load: t, throughput (count/s over the interval since its previous line), failures/s,
     p95, p99."""
     series: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -65,7 +65,7 @@ def _load_series(records: list[dict[str, Any]]) -> dict[str, dict[str, list[floa
     return series
 
 
-def _gcs_spans(samples: list[dict[str, Any]]
+def gcs_spans(samples: list[dict[str, Any]]
                ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """(start, width) spans where the GCS was up and where it was down."""
     up: list[tuple[float, float]] = []
@@ -97,7 +97,7 @@ def render_timeline_png(records: list[dict[str, Any]],
 
     samples = [r for r in records if r.get("kind") == "sample"]
     events = [r for r in records if r.get("kind") == "event"]
-    loads = _load_series(records)
+    loads = load_series(records)
 
     fig = Figure(figsize=(11, 15), dpi=90)
     FigureCanvasAgg(fig)
@@ -109,7 +109,7 @@ def render_timeline_png(records: list[dict[str, Any]],
 
     ts = [_num(r.get("t")) for r in samples]
     # 1. GCS band: green where up, red where down; each sample holds until the next one.
-    up_spans, down_spans = _gcs_spans(samples)
+    up_spans, down_spans = gcs_spans(samples)
     ax_gcs.broken_barh(up_spans, (0, 1), color="#2ca02c", alpha=0.6, label="GCS up")
     ax_gcs.broken_barh(down_spans, (0, 1), color="#d62728", alpha=0.85, label="GCS down")
     ax_gcs.set_yticks([])

@@ -12,11 +12,17 @@
   (``node_started``, ``node_exited``, ``node_ready``, ``node_stopped``, ``image_pulled``,
   written with the target's own names).
 - ``ledger.json`` — every fault, written *before* it acts and rewritten atomically on each
-  change: ``{"run_id", "target": {...}, "faults": [{"id", "fault", "args", "state":
-  pending|applied|undone|failed, "undo": {...}, "evidence": {...}, "error", times}]}``.
+  change: ``{"run_id", "target": {...}, "faults": [{"id", "fault", "args", "state",
+  "undo": {...}, "evidence": {...}, "error", times}]}``; ``state`` is pending, applied,
+  undone, failed (did not land) or not_recovered (landed; the system did not come back).
 - ``summary.json`` — the verdict: status, exit code, windows, probes, SLOs (name, metric,
-  window, value, op, threshold, verdict, evidence), faults, errors.
+  window, value, op, threshold, verdict, evidence), per-load per-window statistics
+  (``loads``), the checks (``checks``: one per SLO and probe, plus ``run``), faults, the
+  reasons of a failure (``failures``) and of an error (``errors``).
 - ``journal.json`` — Chaos Toolkit's journal of the run.
+- ``report.html``, ``junit.xml``, ``timeline.png``, ``openmetrics.txt`` — built from the above
+  (:mod:`raychaos.results.report`, ``junit``, ``openmetrics``); ``harness.log`` — what the
+  harness process's fd 2 received during the run (:mod:`raychaos.run.console`).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,11 +55,15 @@ class Ev:
       at its ``rollback_end`` for a lasting one (a throttle, a drain); windows are cut here;
     - ``head_killed``: the moment a head (or GCS) kill landed (``detail``: mode, the workers
       alive before it) — recovery figures are measured from here;
+    - ``not_recovered``: a fault landed and the system did not recover within its bound
+      (``detail.reason``); its ledger record's state is ``not_recovered`` — a failure;
     - ``rollback_start`` / ``rollback_end`` / ``rollback_failed``: one record's undo;
     - ``probe``: a probe recorded its verdict (``detail.verdict``);
     - ``abort``: an ``abort_if`` condition held (``name``: the reason);
     - ``monitor_error``: a sampler or poller call failed (``detail.error``); the run goes on;
     - ``lock_taken_over``: a stale run lock was taken over (``detail.holder``);
+    - ``loads_stopped``: the harness began stopping the loads — load statistics end here, so
+      the seconds after it are not counted as a stall;
     - ``recovery_window``: the recovery window ended (``name``: ``back at baseline`` or
       ``bound``; ``detail``: waited_s, bound_s, per-load seconds back).
     """
@@ -72,6 +83,8 @@ class Ev:
     ABORT = "abort"
     MONITOR_ERROR = "monitor_error"
     LOCK_TAKEN_OVER = "lock_taken_over"
+    NOT_RECOVERED = "not_recovered"
+    LOADS_STOPPED = "loads_stopped"
     RECOVERY_WINDOW = "recovery_window"
 
 
@@ -137,6 +150,12 @@ class Timeline:
         self._lock = threading.Lock()
         self._written = threading.Condition(self._lock)
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
+
+    def subscribe(self, listener: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``listener(record)`` after every record written (progress, exporters); it must
+        be quick, and what it raises is ignored: observers never break the timeline."""
+        self._listeners.append(listener)
 
     def write(self, kind: str, t: float | None = None, **fields: Any) -> dict[str, Any]:
         t = self.clock.t() if t is None else t
@@ -147,6 +166,11 @@ class Timeline:
                 self._fh.write(line + "\n")
                 self._fh.flush()
             self._written.notify_all()
+        for listener in self._listeners:
+            try:
+                listener(record)
+            except Exception:  # noqa: BLE001, S110 - an observer must not break the run
+                pass
         return record
 
     def wait(self, timeout: float) -> bool:

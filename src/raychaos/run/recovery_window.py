@@ -5,8 +5,8 @@ the cluster after the fault. Waiting a fixed time measures nothing once the load
 may be too short when they are not; so the window ends as soon as
 
 - every load with a baseline is back at it — the same definition the ``throughput_recovery_s``
-  metric uses (:func:`raychaos.observe.slo.throughput_recovery_s`: a 3-second mean of at least
-  90 % of the baseline throughput after the end of chaos), and
+  metric and the loads' ``time_back_s`` use (:func:`raychaos.observe.loadstats.time_back`: a
+  3-second mean of at least 90 % of the baseline throughput after the end of chaos), and
 - the monitor's last sample sees the GCS answering and as many nodes alive as before the fault,
 
 or when ``monitor.recovery_window_s`` (now the bound) has passed since it started waiting. A run
@@ -21,7 +21,14 @@ import time
 from typing import Any
 
 from raychaos.context import Run
-from raychaos.observe.slo import load_metrics, throughput_recovery_s
+from raychaos.observe.loadstats import (
+    load_end,
+    load_names,
+    series,
+    time_back,
+    window_rows,
+    window_stats,
+)
 from raychaos.observe.windows import windows
 from raychaos.results.store import Ev, read_timeline
 
@@ -35,12 +42,14 @@ def back_at_baseline(records: list[dict[str, Any]]) -> tuple[bool, dict[str, Any
     if "chaos" not in wins:
         return True, {"note": "no fault was applied"}
     detail: dict[str, Any] = {}
-    names = sorted({str(r.get("load")) for r in records if r.get("kind") == "load"})
-    for name in names:
-        if not load_metrics(records, wins["baseline"], name)["throughput"]:
+    end = load_end(records)
+    for name in load_names(records):
+        rows = series(records, name, end)
+        base = window_stats(window_rows(rows, wins["baseline"]))["throughput"]
+        if not base:
             detail[name] = "no baseline"
             continue
-        seconds = throughput_recovery_s(records, wins, name)
+        seconds = time_back(rows, wins["chaos"][1], base)
         detail[name] = None if seconds is None else round(seconds, 2)
     samples = [r for r in records if r.get("kind") == "sample"]
     start = wins["chaos"][0]

@@ -17,6 +17,7 @@ from typing import Any
 from raychaos.config.experiment import Experiment, with_target
 from raychaos.config.settings import TargetSpec
 from raychaos.errors import ConfigError, RaychaosError
+from raychaos.results.publish import Publish
 from raychaos.results.redact import redact_text
 from raychaos.run.plan import load as load_experiment
 from raychaos.run.progress import Progress, verdict_table
@@ -39,19 +40,22 @@ def run_experiment_file(path: str | Path, *, slo: str | None = None,
                         results_root: str | None = None, state_root: str | None = None,
                         keep_cluster: bool = True, quiet: bool = False,
                         dry_run: bool = False,
-                        target: TargetSpec | dict[str, Any] | None = None) -> int:
+                        target: TargetSpec | dict[str, Any] | None = None,
+                        publish: Publish | None = None) -> int:
     """``raychaos run``: run one experiment file and return its exit code."""
     return run_experiment(path, slo=slo, results_root=results_root, state_root=state_root,
                           keep_cluster=keep_cluster, quiet=quiet, dry_run=dry_run,
-                          target=target).exit_code
+                          target=target, publish=publish).exit_code
 
 
 def run_experiment(path: str | Path, *, slo: str | None = None,
                    results_root: str | Path | None = None, state_root: str | Path | None = None,
                    keep_cluster: bool = True, quiet: bool = False, dry_run: bool = False,
-                   target: TargetSpec | dict[str, Any] | None = None) -> RunOutcome:
+                   target: TargetSpec | dict[str, Any] | None = None,
+                   publish: Publish | None = None) -> RunOutcome:
     """Run one experiment; ``target`` (a game day's spec, or command-line options as a dict)
-    replaces the experiment's own target."""
+    replaces the experiment's own target; ``publish`` sends the finished run to a Pushgateway
+    and Grafana (a refusal there is printed, and does not change the verdict)."""
     say = Progress(quiet)
     try:
         exp = load_experiment(path, slo, target)
@@ -85,8 +89,18 @@ def run_experiment(path: str | Path, *, slo: str | None = None,
     finally:
         hand_over(None)
     summary = session.summary or session.finish(journal)
+    if publish is not None and session.run_dir is not None:
+        _publish(publish, session.run_dir)
     return RunOutcome(int(summary["exit_code"]), session.run_dir, summary,
                       started_cluster=session.started_cluster)
+
+
+def _publish(publish: Publish, run_dir: Path) -> None:
+    try:
+        for line in publish.run(run_dir):
+            print(line, flush=True)
+    except RaychaosError as exc:
+        print(f"error: {redact_text(str(exc))}", file=sys.stderr, flush=True)
 
 
 def dry_run_plan(exp: Experiment) -> int:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from raychaos.config.experiment import slugify
+from raychaos.results.publish import Publish
 from raychaos.results.store import new_run_dir, write_json_atomic
 from raychaos.run.runner import RunOutcome
 
@@ -39,6 +40,10 @@ def _default_run() -> RunOne:
     return run_experiment
 
 
+def _publishing(publish: Publish | None) -> dict[str, Any]:
+    return {} if publish is None else {"publish": publish}
+
+
 def _interrupted(outcome: RunOutcome) -> bool:
     return outcome.summary.get("status") == "interrupted"
 
@@ -46,7 +51,8 @@ def _interrupted(outcome: RunOutcome) -> bool:
 def run_gameday(plan_path: str | Path, *, results_root: str | Path = "results",
                 state_root: str | Path | None = None, quiet: bool = False,
                 run: RunOne | None = None, sleep: Callable[[float], None] | None = None,
-                say: Callable[[str], None] = print) -> tuple[int, Path]:
+                say: Callable[[str], None] = print,
+                publish: Publish | None = None) -> tuple[int, Path]:
     """Run a game-day plan; return ``(exit code, game-day folder)``.
 
     The folder is ``<results_root>/<utc>-gameday-<plan name>/`` with one folder per run,
@@ -70,7 +76,7 @@ def run_gameday(plan_path: str | Path, *, results_root: str | Path = "results",
         for i, step in enumerate(plan.experiments):
             say(f"game day {plan.name}: [{i + 1}/{len(plan.experiments)}] {step.path}")
             outcome = run(step.path, results_root=folder, state_root=state_root, quiet=quiet,
-                          target=plan.target)
+                          target=plan.target, **_publishing(publish))
             codes.append(outcome.exit_code)
             if outcome.run_dir is not None:
                 run_dirs.append(outcome.run_dir)
@@ -104,7 +110,8 @@ def run_gameday(plan_path: str | Path, *, results_root: str | Path = "results",
 def run_trials(experiment: str | Path, trials: int, *, slo: str | None = None,
                results_root: str | Path = "results", state_root: str | Path | None = None,
                keep_cluster: bool = True, quiet: bool = False, run: RunOne | None = None,
-               say: Callable[[str], None] = print) -> tuple[int, Path | None]:
+               say: Callable[[str], None] = print,
+               publish: Publish | None = None) -> tuple[int, Path | None]:
     """Run one experiment ``trials`` times; return ``(exit code, trials folder)``.
 
     Runs go to ``<results_root>/<utc>-<slug>-trials/``, next to ``trials.json``
@@ -126,7 +133,7 @@ def run_trials(experiment: str | Path, trials: int, *, slo: str | None = None,
         for i in range(trials):
             say(f"trial {i + 1}/{trials}: {experiment}")
             outcome = run(experiment, slo=slo, results_root=folder, state_root=state_root,
-                          keep_cluster=True, quiet=quiet)
+                          keep_cluster=True, quiet=quiet, **_publishing(publish))
             series.ran(experiment, outcome)
             codes.append(outcome.exit_code)
             if outcome.run_dir is None:  # bad input: nothing ran, nothing will
@@ -144,6 +151,9 @@ def run_trials(experiment: str | Path, trials: int, *, slo: str | None = None,
     if run_dirs:
         summary = summarize_trials(run_dirs)
         (folder / "trials.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+        from raychaos.results.series_page import build_trials_page
+
+        build_trials_page(folder, run_dirs, summary)
         say(format_trials(summary))
-        say(f"trials: {folder / 'trials.json'}")
+        say(f"trials: {folder / 'trials.json'}, {folder / 'trials.html'}")
     return worst_exit(codes), folder

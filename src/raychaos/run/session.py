@@ -35,6 +35,7 @@ from raychaos.observe.abort import AbortWatch
 from raychaos.observe.monitor import Monitor
 from raychaos.results.redact import redact_text
 from raychaos.results.store import Clock, Ev, Ledger, Timeline, new_run_dir, write_json_atomic
+from raychaos.run.console import RunConsole, open_console
 from raychaos.run.loads import LoadSet
 from raychaos.run.phases import Phases, format_phases
 from raychaos.run.progress import Progress, Say, Ticker, verdict_table
@@ -82,6 +83,7 @@ class Session:
         self.reason: str | None = None  # why the run stopped early (signal, abort_if, error)
         self.error: BaseException | None = None  # what stopped the start or the run
         self.summary: dict[str, Any] | None = None
+        self.console: RunConsole | None = None  # fd 2 -> harness.log, the status line
         self._stop = threading.Event()
         self._ticker: Ticker | None = None
         self._hypotheses = 0
@@ -98,6 +100,7 @@ class Session:
         self.run_dir = new_run_dir(self.results_root, exp.slug)
         clock = Clock()
         timeline = Timeline(self.run_dir / "timeline.jsonl", clock)
+        self.console = open_console(self.run_dir, timeline, self.say)
         timeline.event(Ev.PHASE, "start", experiment=exp.title)
         self.phases.enter("target_up")
         target = make_target(settings.target, state_root=self.state_root)
@@ -172,10 +175,10 @@ class Session:
         else:
             text = "rollbacks"
             self.switch.rolling_back()  # a stop request no longer cuts anything short
-        self.say(text, phase=True)
         self._ctk_phase = self.phases.enter(name)
-        if self.run is not None:
+        if self.run is not None:  # first: the progress line then shows the new phase
             self.run.timeline.event(Ev.PHASE, name)
+        self.say(text, phase=True)
 
     def activity_started(self, activity: dict[str, Any]) -> None:
         self.say(f"  {activity.get('type')} {activity.get('name')} ...")
@@ -216,6 +219,8 @@ class Session:
             self.summary = self._finish(journal, status, errors)
         finally:
             self.switch.restore()
+            if self.console is not None:
+                self.console.close()
         self.phases.stop()  # the teardown is over too: the summary gets every phase
         self.summary["phases"] = self.phases.as_dict()
         if self.run_dir is not None and (self.run_dir / "summary.json").exists():
@@ -255,11 +260,14 @@ class Session:
                 errors.append(str(exc))
             if status == "completed":  # observe the recovery window before stopping the loads
                 self.phases.enter("recovery_window")
+                self.say(f"recovery window: watching for the loads back at baseline (at most "
+                         f"{run.settings.monitor.recovery_window_s:g}s)")
                 window = observe_recovery(run, run.settings.monitor.recovery_window_s)
                 self.say(f"recovery window: {window['ended']} after {window['waited_s']:g}s "
                          f"(bound {window['bound_s']:g}s)")
             self.phases.enter("loads_stop")
             if self.loads is not None:
+                run.timeline.event(Ev.LOADS_STOPPED)  # load statistics end here
                 self.loads.stop()
             self.phases.enter("monitor_stop")
             if self.monitor:
@@ -301,9 +309,10 @@ class Session:
     def _extras(self, run_dir: Path) -> None:
         """JUnit and the HTML report; their failure must not hide the verdict."""
         from raychaos.results.junit import write_junit
+        from raychaos.results.openmetrics import write_openmetrics
         from raychaos.results.report import build_report
 
-        for write in (write_junit, build_report):
+        for write in (write_junit, build_report, write_openmetrics):
             try:
                 write(run_dir)
             except Exception as exc:  # noqa: BLE001 - reported, not fatal
@@ -312,6 +321,8 @@ class Session:
     def _print_verdict(self, summary: dict[str, Any]) -> None:
         print()
         print(verdict_table(summary))
+        for fail in summary.get("failures", []):
+            print(f"failed: {redact_text(str(fail))}")
         for err in summary.get("errors", []):
             print(f"error: {redact_text(str(err))}", file=sys.stderr)
         if summary.get("phases"):

@@ -15,12 +15,12 @@ it prints what is still applied and how to undo it if the user insists (SIGKILL)
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from raychaos.errors import Aborted, Interrupted, RaychaosError
+from raychaos.run.console import terminal_stderr
 
 __all__ = ["StopRequested", "StopSwitch"]
 
@@ -93,5 +93,5 @@ class StopSwitch:
                 self.error = Interrupted(signal.Signals(signum).name)
         print(f"\n{signal.Signals(signum).name}{'' if first else ' again'}: still rolling back "
               f"({self.still_applied() or 'nothing left applied'}); if you stop now "
-              "(SIGKILL), run `raychaos rollback` on the results folder", file=sys.stderr,
+              "(SIGKILL), run `raychaos rollback` on the results folder", file=terminal_stderr(),
               flush=True)

@@ -1,10 +1,25 @@
 """From what a run saw to its verdict and ``summary.json`` — the one place a verdict is made.
 
-``pass`` (exit 0): every SLO and probe passed. ``fail`` (exit 1): an SLO, a probe or the
-steady-state hypothesis failed. ``error`` (exit 2): the run errored or was interrupted or
-aborted, a fault did not land or was not undone, or a probe could not observe — never a pass.
+Every source is read, never assumed: the ledger (a fault that did not land; one that landed and
+whose system did not recover), Chaos Toolkit's journal (an activity that raised; a hypothesis
+not met before the method, or deviated after it — :mod:`raychaos.run.journal`), the probes'
+recorded verdicts, the SLO rows (:mod:`raychaos.observe.slo`) and the whole timeline (a GCS that
+went down again after it had recovered). They become checks (:mod:`raychaos.results.checks`):
+one per SLO, one per probe the method runs, and ``run``; the verdict is the worst of them.
+
+- ``error`` (exit 2): the harness could not do its job or could not see — the run was
+  interrupted, aborted or did not start, a fault did not land or was not undone, a probe raised,
+  recorded nothing or could not observe, an SLO could not be measured. Never a pass.
+- ``fail`` (exit 1): the system under test fell short — an SLO or probe failed, the
+  steady-state hypothesis was not met (before the method: then the method never ran) or
+  deviated, the GCS flapped after recovering, or **the system did not recover within its
+  bound** (a fault ``not_recovered``). What could not be observed *because* the system did not
+  recover, or because the method never ran, is part of that failure (a fail, with its reason),
+  not an error that would hide it.
+- ``pass`` (exit 0): every check passed.
+
 The CLI, the Chaos Toolkit control (which marks the journal so ``chaos run`` exits non-zero),
-JUnit and the pytest plugin all read this verdict.
+JUnit and the pytest plugin all read these checks.
 """
 
 from __future__ import annotations
@@ -12,59 +27,202 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from raychaos.config.experiment import Experiment
+from raychaos.config.experiment import Experiment, judged_probes
 from raychaos.context import Run
-from raychaos.observe.monitor import Monitor
+from raychaos.observe.loadstats import load_report
+from raychaos.observe.monitor import Monitor, sample_gaps
+from raychaos.observe.recovery import recovery_figures
 from raychaos.observe.slo import evaluate
-from raychaos.results.store import read_timeline
+from raychaos.observe.windows import windows
+from raychaos.results.checks import check, slo_message, worst
+from raychaos.results.store import Ev, read_timeline
+from raychaos.run.journal import JournalFindings, read_journal
 
-__all__ = ["EXIT", "mark_journal", "summarize"]
+__all__ = ["EXIT", "early_summary", "mark_journal", "summarize"]
 
 EXIT = {"pass": 0, "fail": 1, "error": 2}
+
+
+class _Reasons:
+    """Run-level reasons, by what they do to the verdict."""
+
+    def __init__(self) -> None:
+        self.harness: list[str] = []  # error, always
+        self.unobserved: list[str] = []  # error, unless the system failed first
+        self.failed: list[str] = []  # fail
+        self.stopped: list[str] = []  # fail, and what went unobserved after it is part of it
+
+    def add(self, bucket: list[str], text: str) -> None:
+        if text not in bucket:
+            bucket.append(text)
+
+
+def _ledger(reasons: _Reasons, faults: list[dict[str, Any]]) -> None:
+    for f in faults:
+        if f.get("not_recovered"):
+            reasons.add(reasons.stopped, f"fault {f['id']} {f['fault']}: the system did not "
+                                         f"recover: {f.get('not_recovered')}")
+        elif f.get("error"):
+            reasons.add(reasons.harness, f"fault {f['id']} {f['fault']} did not land: "
+                                         f"{f['error']}")
+
+
+def _journal(reasons: _Reasons, found: JournalFindings, faults: list[dict[str, Any]],
+             judged: list[str]) -> dict[str, list[str]]:
+    """Run-level reasons from the journal; returns what each judged probe raised."""
+    by_probe: dict[str, list[str]] = {}
+    failed_faults = {str(f.get("fault")) for f in faults
+                     if f.get("error") or f.get("not_recovered")}
+    for r in found.raised:
+        if r.section == "method" and r.kind == "probe" and r.raychaos and r.func in judged:
+            by_probe.setdefault(r.func, []).append(r.sentence())
+        elif r.kind == "probe":
+            reasons.add(reasons.unobserved, r.sentence())
+        elif r.section == "method" and r.raychaos and r.func in failed_faults:
+            continue  # the ledger says it (did not land / did not recover)
+        else:
+            reasons.add(reasons.harness, r.sentence())
+    if found.hypothesis_before_met is False and not any(
+            r.section == "hypothesis-before" for r in found.raised):
+        reasons.add(reasons.stopped, "the steady-state hypothesis was not met before the "
+                                     f"method (probe {found.missed_before}): the method "
+                                     "did not run")
+    elif found.hypothesis_before_met is False:
+        reasons.add(reasons.unobserved, "the steady-state hypothesis could not be checked "
+                                        "before the method: the method did not run")
+    if found.deviated:
+        reasons.add(reasons.failed, "the steady-state hypothesis deviated after the method"
+                    + (f" (probe {found.missed_after})" if found.missed_after else ""))
+    if found.status == "aborted":
+        reasons.add(reasons.harness, "Chaos Toolkit aborted the experiment (an unexpected "
+                                     "exception in its method)")
+    return by_probe
+
+
+def _flaps(reasons: _Reasons, records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if not any(r.get("kind") == "event" and r.get("event") == Ev.HEAD_KILLED for r in records):
+        return None
+    figures = recovery_figures(records)
+    if figures["gcs_flaps_after_recovery"]:
+        reasons.add(reasons.failed, f"the GCS went down {figures['gcs_flaps_after_recovery']} "
+                                    f"time(s) again after it had recovered "
+                                    f"({figures['gcs_recovery_s']} s after the kill)")
+    return figures
+
+
+def _probe_reason(name: str, verdict: str, ev: dict[str, Any]) -> str:
+    if verdict == "unknown":
+        return f"could not observe {ev.get('unobserved')}"
+    if verdict != "fail":
+        return ""
+    if name == "job_survival":
+        return f"lost {ev.get('lost')} of {ev.get('total')} load job(s)"
+    if name == "sentinel_preserved":
+        bad = [k for k in ("found", "reachable", "same_pid", "state_preserved") if not ev.get(k)]
+        return f"the sentinel actor was not preserved ({', '.join(bad)} false)"
+    if name == "gcs_recovery":
+        return (f"not recovered within the probe's timeout: gcs_recovery_s "
+                f"{ev.get('gcs_recovery_s')}, nodes_recovery_s {ev.get('nodes_recovery_s')}, "
+                f"workers lost {ev.get('workers_lost')}, not re-registered "
+                f"{ev.get('workers_not_reregistered')}")
+    return ""
+
+
+def _checks(run: Run, experiment: Experiment, slos: list[dict[str, Any]],
+            raised: dict[str, list[str]], stopped: bool) -> list[dict[str, Any]]:
+    """One check per probe the method runs (and per probe recorded) and per SLO row; when the
+    system failed first (``stopped``), what it left unobserved is a fail, not an error."""
+    def demote(verdict: str, message: str) -> tuple[str, str]:
+        if stopped and verdict == "error":
+            return "fail", f"{message} (after the system failed: see run)"
+        return verdict, message
+
+    out = []
+    names = list(dict.fromkeys(judged_probes(experiment.data) + [p["name"] for p in run.probes]))
+    for name in names:
+        entries = [p for p in run.probes if p["name"] == name]
+        if raised.get(name):
+            verdict, message = "error", "; ".join(raised[name])
+        elif not entries:
+            verdict, message = "error", f"probe {name} recorded no verdict (it did not run)"
+        else:
+            got = [{"unknown": "error"}.get(p["verdict"], p["verdict"]) for p in entries]
+            verdict = worst(got) if any(v != "n/a" for v in got) else "n/a"
+            entry = next(p for p, v in zip(entries, got, strict=True) if v == verdict)
+            why = _probe_reason(name, entry["verdict"], entry.get("evidence") or {})
+            message = f"probe {name}: {entry['verdict']}" + (f": {why}" if why else "")
+        out.append({"kind": "probe", "name": name, **dict(zip(
+            ("verdict", "message"), demote(verdict, message), strict=True))})
+    for row in slos:
+        verdict, message = demote(row["verdict"], slo_message(row))
+        out.append(check("slo", row["name"], verdict, message))
+    return out
+
+
+def _run_check(status: str, reason: str | None, reasons: _Reasons) -> dict[str, Any]:
+    errors = list(reasons.harness)
+    if status != "completed":
+        errors.insert(0, f"the run {status}" + (f": {reason}" if reason else ""))
+    if not reasons.stopped:
+        errors += reasons.unobserved
+    if errors:
+        return check("run", "run", "error", "; ".join(errors))
+    fails = reasons.stopped + reasons.failed
+    if fails:
+        return check("run", "run", "fail", "; ".join(fails))
+    return check("run", "run", "pass", "the run completed; the hypothesis held")
 
 
 def summarize(experiment: Experiment, run: Run, journal: dict[str, Any] | None, status: str,
               errors: list[str], reason: str | None, monitor: Monitor | None) -> dict[str, Any]:
     records = read_timeline(run.timeline.path)
-    slos, wins = evaluate(run.slo_profile, records, run.probes)
+    wins = windows(records)
+    slos, wins_json = evaluate(run.slo_profile, records, run.probes, wins)
     faults = run.ledger.faults
-    errors = errors + run.errors + [f"fault {f['id']} {f['fault']}: {f['error']}"
-                                    for f in faults if f.get("error")]
-    # a probe that could not observe (target unreachable) makes no pass: the run errored
-    errors += [f"probe {p['name']}: could not observe {p['evidence'].get('unobserved')}"
-               for p in run.probes if p["verdict"] == "unknown"]
-    deviated = bool(journal and journal.get("deviated"))
-    if journal and journal.get("status") not in (None, "completed") and status == "completed":
-        status = "failed"
-    if status in ("interrupted", "aborted", "errored") or errors:
-        verdict = "error"
-    elif deviated or any(s["verdict"] == "fail" for s in slos) or any(
-            p["verdict"] == "fail" for p in run.probes):
-        verdict = "fail"
-    else:
-        verdict = "pass"
+    found = read_journal(journal)
+    reasons = _Reasons()
+    for e in errors + run.errors:
+        reasons.add(reasons.harness, e)
+    _ledger(reasons, faults)
+    judged = judged_probes(experiment.data)
+    raised = _journal(reasons, found, faults, judged)
+    figures = _flaps(reasons, records)
+    checks = [_run_check(status, reason, reasons)]
+    checks += _checks(run, experiment, slos, raised, bool(reasons.stopped))
+    verdict = worst([c["verdict"] for c in checks])
+    notes = reasons.unobserved if reasons.stopped else []
     return {
         "experiment": run.title, "slug": experiment.slug, "run_id": run.run_id,
         "status": status, "reason": reason, "verdict": verdict,
         "exit_code": EXIT[verdict], "started_at": run.clock.wall0, "ended_at": time.time(),
         "duration_s": round(run.clock.t(), 3), "target": run.target.describe(),
-        "hypothesis": {"deviated": deviated,
-                       "journal_status": journal.get("status") if journal else None},
-        "windows": wins, "probes": run.probes, "slos": slos, "faults": faults,
+        "hypothesis": {"deviated": found.deviated, "met_before": found.hypothesis_before_met,
+                       "journal_status": found.status},
+        "windows": wins_json, "probes": run.probes, "slos": slos,
+        "loads": load_report(records, wins), "checks": checks, "faults": faults,
+        "recovery": figures,
         "monitor": {"interval_s": run.settings.monitor.interval_s,
                     "samples": monitor.samples if monitor else 0,
-                    "cpu_seconds": round(monitor.cpu_seconds, 3) if monitor else 0},
+                    "unanswered": monitor.unanswered if monitor else 0,
+                    "cpu_seconds": round(monitor.cpu_seconds, 3) if monitor else 0,
+                    **sample_gaps(records),
+                    **{k: (figures or {}).get(k) for k in ("outage_max_gap_s",
+                                                           "outage_samples_per_s")}},
         "slo_profile": str(experiment.slo_path) if experiment.slo_path else None,
-        "errors": errors,
+        "failures": [c["message"] for c in checks if c["verdict"] == "fail"],
+        "errors": [c["message"] for c in checks if c["verdict"] == "error"],
+        "notes": notes,
     }
 
 
 def early_summary(experiment: Experiment, status: str, reason: str | None,
                   errors: list[str]) -> dict[str, Any]:
     """The summary of a run that stopped before its results folder had a run in it."""
+    why = "; ".join([f"the run {status}" + (f": {reason}" if reason else ""), *errors])
     return {"experiment": experiment.title, "slug": experiment.slug, "status": status,
-            "reason": reason, "verdict": "error", "exit_code": 2, "errors": errors,
-            "probes": [], "slos": [], "faults": []}
+            "reason": reason, "verdict": "error", "exit_code": 2, "errors": errors or [why],
+            "failures": [], "probes": [], "slos": [], "faults": [], "loads": {},
+            "checks": [check("run", "run", "error", why)]}
 
 
 def mark_journal(journal: dict[str, Any], summary: dict[str, Any], run_dir: str) -> None:

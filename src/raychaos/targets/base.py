@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["FAULTS", "NodeInfo", "Refusal", "RunLock", "Target"]
+__all__ = ["FAULTS", "NodeInfo", "Observation", "Refusal", "RunLock", "Target"]
 
 #: The fault mechanics a target implements, by the Chaos Toolkit action that drives them.
 FAULTS = ("kill_head", "drain_gpu_nodes", "throttle_registry_pulls", "saturate_network")
@@ -44,6 +44,28 @@ class NodeInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One look at the cluster, as the monitor samples it: did the GCS answer within the
+    deadline, and what it said.
+
+    ``reported`` is the evidence of re-registration: the node IDs whose raylet has reported to
+    the *current* GCS incarnation (after a GCS restart, a restored node table lists the old
+    workers ALIVE at once; only a raylet's own report to the new GCS shows it is back). None
+    when the target cannot tell. ``incarnation`` numbers the GCS incarnations the target has
+    seen (None: not numbered). ``late`` means the GCS did not answer within the deadline but
+    did not refuse either (a busy GCS, or one still starting) — not the same as a GCS process
+    that is gone (connection refused)."""
+
+    up: bool
+    nodes: list[NodeInfo] | None = None  # None: not known (the GCS did not answer)
+    error: str | None = None  # why the GCS did not answer (gRPC status, timeout)
+    latency_s: float = 0.0
+    reported: frozenset[str] | None = None
+    incarnation: int | None = None
+    late: bool = False
 
 
 class RunLock(Protocol):
@@ -107,6 +129,13 @@ class Target(Protocol):
 
     def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:
         """Every node the GCS knows, dead ones included."""
+        ...
+
+    def observe(self, deadline_s: float = 0.1) -> Observation:
+        """One sample for the monitor: the GCS asked once, its node table (and, where the
+        target can tell, which raylets reported to this GCS incarnation). Never raises; returns
+        within ``deadline_s`` plus a few milliseconds where the target can bound its calls (the
+        monitor writes a sample on time either way)."""
         ...
 
     def dashboard_url(self) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -48,12 +49,34 @@ def translated(host: str, what: str = "") -> Iterator[None]:
     try:
         yield
     except ApiException as exc:
-        raise KubeApiError(int(exc.status or 0), str(exc.reason or ""), status_message(exc),
-                           what) from exc
+        status, reason, message = int(exc.status or 0), str(exc.reason or ""), status_message(exc)
+        if status == 0:  # a WebSocket (exec, portforward): refused upgrade, or no connection
+            status, reason, message = _handshake(reason)
+            if status == 0:
+                raise TargetUnavailable(f"kubernetes API at {host}"
+                                        f"{' (' + what + ')' if what else ''}: the WebSocket "
+                                        f"did not open: {message}") from exc
+        raise KubeApiError(status, reason, message, what) from exc
     except (Urllib3Error, OSError) as exc:
         raise TargetUnavailable(f"kubernetes API at {host} is unreachable"
                                 f"{' (' + what + ')' if what else ''}: "
                                 f"{type(exc).__name__}") from exc
+
+
+def _handshake(text: str) -> tuple[int, str, str]:
+    """(status, reason, message) from websocket-client's "Handshake status 403 Forbidden -+-+-
+    {headers} -+-+- b'{Status}'" text; status 0 when it is not one (a dropped connection)."""
+    m = re.search(r"Handshake status (\d+) ?([^-]*)", text)
+    if not m:
+        return 0, "WebSocket", text
+    body = re.search(r"b'(\{.*\})'", text, re.S)
+    message = text
+    if body:
+        try:
+            message = str(json.loads(body[1]).get("message") or text)
+        except ValueError:
+            pass
+    return int(m[1]), m[2].strip(), message
 
 
 @dataclass
@@ -99,6 +122,15 @@ class ApiSession:
     def close(self) -> None:
         self.api_client.close()
 
+    def stream_core(self) -> client.CoreV1Api:
+        """A CoreV1Api on an ApiClient of its own, for one exec or port-forward.
+
+        ``kubernetes.stream`` swaps ``call_api`` on the ApiClient it is given while it opens
+        the WebSocket (kubernetes-client/python#928): on the shared client a concurrent read by
+        the monitor or the Lease renewal would go out as a WebSocket. The caller closes it
+        (``.api_client.close()``)."""
+        return client.CoreV1Api(client.ApiClient(self.api_client.configuration))
+
     # --- reads: plain JSON -------------------------------------------------------------------
     def read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Call a client read method and return its JSON body as a dict (no model objects)."""
@@ -108,6 +140,16 @@ class ApiSession:
             try:
                 data: dict[str, Any] = json.loads(resp.data or b"{}")
                 return data
+            finally:
+                resp.release_conn()
+
+    def read_text(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
+        """Like :meth:`read` for a text reply (``read_namespaced_pod_log``)."""
+        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT_S)
+        with translated(self.host, _name(fn)):
+            resp = fn(*args, _preload_content=False, **kwargs)
+            try:
+                return bytes(resp.data or b"").decode(errors="replace")
             finally:
                 resp.release_conn()
 
@@ -188,6 +230,10 @@ def load_configuration(kubeconfig: str | None, context: str | None) -> client.Co
             f"kubernetes: cannot load a kubeconfig from {path} (context {context or 'current'})"
             f" nor an in-cluster service account: {exc}") from exc
     cfg.retries = 0  # fail fast on an unreachable server; callers retry where it makes sense
+    if not cfg.verify_ssl:  # the kubeconfig says insecure-skip-tls-verify: its owner chose so
+        import urllib3
+
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     return cfg
 
 

@@ -14,13 +14,14 @@ import time
 from typing import Any
 
 from kubernetes import client
-from kubernetes.stream import stream
 
 from raychaos.errors import FaultFailed, KubeApiError, NothingMatched, TargetUnavailable
-from raychaos.targets.kubernetes.client import ApiSession, translated
+from raychaos.results.store import checkpoint
+from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.safety import refuse_protected
+from raychaos.targets.kubernetes.streams import exec_in
 
-__all__ = ["KILL_MODES", "head_identity", "kill_head", "wait_head_back"]
+__all__ = ["KILL_MODES", "head_identity", "identity", "kill_head", "wait_head_back"]
 
 KILL_MODES = {
     "pod": None,  # delete the pod with grace 0: KubeRay creates a new head pod
@@ -45,7 +46,7 @@ def _restarts(pod: dict[str, Any]) -> int:
                 for s in pod.get("status", {}).get("containerStatuses") or []), default=0)
 
 
-def _identity(pod: dict[str, Any]) -> dict[str, Any]:
+def identity(pod: dict[str, Any]) -> dict[str, Any]:
     meta = pod["metadata"]
     return {"pod": meta["name"], "uid": meta["uid"], "restart_count": _restarts(pod),
             "ready": _ready(pod), "node": pod.get("spec", {}).get("nodeName"),
@@ -65,7 +66,7 @@ def head_identity(api: ApiSession, ns: str, cluster: str) -> dict[str, Any]:
     if not heads:
         raise NothingMatched(f"kubernetes: no head pod with labels {head_selector(cluster)} "
                              f"in namespace {ns}")
-    return _identity(heads[0]) | {"namespace": ns, "cluster": cluster}
+    return identity(heads[0]) | {"namespace": ns, "cluster": cluster}
 
 
 def kill_head(api: ApiSession, ns: str, cluster: str, mode: str,
@@ -84,38 +85,51 @@ def kill_head(api: ApiSession, ns: str, cluster: str, mode: str,
                              f"namespace {ns}")
     pod = heads[0] | {"kind": "Pod"}
     refuse_protected([pod], "kill_head")
-    old = _identity(pod)
+    old = identity(pod)
     name = old["pod"]
     record["undo"] = {"kind": "kill_head", "mode": mode, "namespace": ns, "pod": name,
                       "uid": old["uid"]}
     path = f"/api/v1/namespaces/{ns}/pods/{name}"
+    checkpoint(record)
     killed_at = time.time()
+    proof: dict[str, Any] = {}
     if mode == "pod":
         try:
-            api.write("DELETE", path, api.core.delete_namespaced_pod, name, ns,
-                      body=client.V1DeleteOptions(grace_period_seconds=0))
+            reply = api.write("DELETE", path, api.core.delete_namespaced_pod, name, ns,
+                              body=client.V1DeleteOptions(grace_period_seconds=0))
         except KubeApiError as exc:
             raise FaultFailed(f"kill_head: deleting pod {ns}/{name} failed: "
                               f"HTTP {exc.status} {exc.reason}") from exc
-        output = ""
+        proof = {"deleted": True, "deletion_timestamp": ((reply or {}).get("metadata") or {})
+                 .get("deletionTimestamp")}
     else:
         container = pod["spec"]["containers"][0]["name"]
-        command = KILL_MODES[mode]
-        output = api.gate("POST", f"{path}/exec", {"container": container, "command": command},
-                          lambda: _exec(api, ns, name, container, command or [])) or ""
+        command = KILL_MODES[mode] or []
+        done = api.gate("POST", f"{path}/exec", {"container": container, "command": command},
+                        lambda: _exec(api, ns, name, container, command))
+        proof = done or {"dry_run": True}
     return {"mode": mode, "namespace": ns, "old": old | {"killed_at": killed_at},
-            "killed_at": killed_at, "dry_run": api.gate.dry_run, "exec_output": output}
+            "killed_at": killed_at, "dry_run": api.gate.dry_run, "proof": proof}
 
 
-def _exec(api: ApiSession, ns: str, name: str, container: str, command: list[str]) -> str:
+def _exec(api: ApiSession, ns: str, name: str, container: str,
+          command: list[str]) -> dict[str, Any]:
+    """Run the kill command; its exit status is the proof it did something."""
+    what = " ".join(command)
     try:
-        with translated(api.host, f"exec in {ns}/{name}"):
-            return str(stream(api.core.connect_get_namespaced_pod_exec, name, ns,
-                              container=container, command=command, stderr=True,
-                              stdout=True, stdin=False, tty=False, _request_timeout=10))
+        result = exec_in(api, ns, name, container, command, timeout=20)
     except (KubeApiError, TargetUnavailable) as exc:
-        raise FaultFailed(f"kill_head: exec {' '.join(command)} in {ns}/{name} failed: "
-                          f"{exc}") from exc
+        raise FaultFailed(f"kill_head: exec {what!r} in {ns}/{name} failed: {exc}") from exc
+    if result.code is None:  # the API server answered, but the command never ran there
+        raise FaultFailed(f"kill_head: exec {what!r} in {ns}/{name}/{container} did not run: "
+                          f"{result.error}")
+    if command[0] == "pkill" and result.code == 1:
+        raise FaultFailed(f"kill_head: {what!r} in {ns}/{name} matched no process (exit 1): "
+                          f"nothing was killed")
+    if result.code != 0:
+        raise FaultFailed(f"kill_head: {what!r} in {ns}/{name} exited {result.code}: "
+                          f"{(result.stderr or result.stdout).strip()[-300:]}")
+    return {"exec": result.to_dict()}
 
 
 def _is_back(pod: dict[str, Any], old: dict[str, Any]) -> bool:
@@ -177,7 +191,7 @@ def wait_head_back(api: ApiSession, ns: str, cluster: str, old: dict[str, Any],
     if old.get("killed_at"):
         evidence["seconds"] = round(detected_at - float(old["killed_at"]), 4)
     if found is not None:
-        new = _identity(found)
+        new = identity(found)
         evidence |= {"new": new, "new_pod": new["pod"], "new_uid": new["uid"],
                      "restart_count": new["restart_count"],
                      "uid_changed": new["uid"] != old.get("uid"), "node": new["node"]}

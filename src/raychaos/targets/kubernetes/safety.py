@@ -1,6 +1,7 @@
 """Guard rails for faults on a real Kubernetes cluster: labels, protected objects, pod filters.
 
-Why a module of its own: these rules decide what raychaos may touch, so they are written once
+Why a module of its own: these rules decide what raychaos may touch (and, in
+:data:`UNSUPPORTED`, which fault arguments it cannot honour here), so they are written once
 and read in one place — a ``raychaos.io/protected=true`` object is never deleted, cordoned or
 evicted; DaemonSet and mirror pods are skipped by a drain, as ``kubectl drain`` does; every object
 raychaos creates carries ``raychaos.io/run-id`` so ``cleanup_run`` can find leftovers.
@@ -8,13 +9,15 @@ raychaos creates carries ``raychaos.io/run-id`` so ``cleanup_run`` can find left
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from raychaos.errors import ConfigError, FaultFailed
 
 __all__ = [
-    "CORDONED_BY", "PROTECTED", "RUN_ID", "check_namespace", "gpu_count", "is_daemonset_pod",
-    "is_mirror_pod", "is_protected", "refuse_protected", "run_labels",
+    "CORDONED_BY", "NEUTRAL", "PROTECTED", "RUN_ID", "UNSUPPORTED", "check_namespace",
+    "gpu_count", "is_daemonset_pod", "is_mirror_pod", "is_protected", "refuse_protected",
+    "run_labels", "unsupported",
 ]
 
 RUN_ID = "raychaos.io/run-id"
@@ -67,3 +70,32 @@ def gpu_count(node_or_pod: dict[str, Any]) -> float:
     for c in node_or_pod.get("spec", {}).get("containers", []):
         total += float((c.get("resources", {}).get("limits") or {}).get(GPU, 0) or 0)
     return total
+
+
+#: What the Kubernetes target cannot do, per fault argument (checked before anything starts).
+UNSUPPORTED: dict[str, dict[str, str]] = {
+    "throttle_registry_pulls": {
+        "latency_ms": "the kubernetes target shapes pull rate only (tc tbf); set it to 0",
+        "error_rate": "the kubernetes target cannot fail registry requests; set it to 0",
+    },
+    "saturate_network": {
+        "loss_pct": "not supported on the kubernetes target yet (bandwidth and flood only); "
+                    "set it to 0",
+        "latency_ms": "not supported on the kubernetes target yet; set it to 0",
+        "partition": "not supported on the kubernetes target yet; set it to false",
+    },
+    "drain_gpu_nodes": {
+        "replace": "KubeRay always recreates evicted workers; set it to true",
+        "reason": "the kubernetes target drains by eviction (preemption); set it to "
+                  "'preemption'",
+    },
+}
+#: The fault functions' defaults: an argument equal to these asks for nothing unsupported.
+NEUTRAL: dict[str, Any] = {"latency_ms": 0.0, "error_rate": 0.0, "loss_pct": 0.0,
+                           "partition": False, "replace": True, "reason": "preemption"}
+
+
+def unsupported(fault: str, args: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(argument, why) for each argument of ``fault`` the Kubernetes target cannot honour."""
+    return [(arg, why) for arg, why in UNSUPPORTED.get(fault, {}).items()
+            if arg in args and args[arg] != NEUTRAL.get(arg)]

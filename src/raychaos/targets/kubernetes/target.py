@@ -1,56 +1,46 @@
 """The Kubernetes target: a KubeRay ``RayCluster`` reached with the official ``kubernetes`` client.
 
 Why it exists: faults and probes are written once against the Target protocol; this class maps
-them onto the Kubernetes API (pod delete and exec for head kills, cordon + Eviction API for
-drains, labelled DaemonSets / Chaos Mesh objects for network faults). ``connect`` checks, before
-any fault, that the API answers, the RayCluster exists and we may read it — each failure is one
-sentence. The mechanics live in ``k8s_head``, ``k8s_drain`` and ``k8s_network``; the Jobs API is
-plain HTTP to the dashboard (``KubernetesSpec.dashboard_url``).
+them onto the Kubernetes API and the cluster's Ray dashboard. ``connect`` checks, before any
+fault, that the API answers, the RayCluster exists and we may read it — each failure is one
+sentence — and starts the pod informer (one list, then a watch: no list per monitor sample).
+The dashboard and Serve are reached through raychaos's own port-forward, re-resolved per
+connection, so nothing needs to be started by the user and a head replacement does not cut the
+harness off. The mechanics live in ``head``, ``drain``, ``registry`` and ``network``; the cluster
+handle (pods, head Service, Ray's node table, driver placement) in ``raycluster``.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from raychaos.config.settings import KubernetesSpec
-from raychaos.errors import ConfigError, KubeApiError, RollbackFailed, TargetUnavailable
-from raychaos.targets.base import NodeInfo, Refusal, RunLock
+from raychaos.errors import (
+    ConfigError,
+    KubeApiError,
+    NothingMatched,
+    RollbackFailed,
+    TargetUnavailable,
+)
+from raychaos.targets.base import NodeInfo, Observation, Refusal, RunLock
 from raychaos.targets.kubernetes import drain as k8s_drain
 from raychaos.targets.kubernetes import head as k8s_head
 from raychaos.targets.kubernetes import network as k8s_network
+from raychaos.targets.kubernetes import registry as k8s_registry
 from raychaos.targets.kubernetes.client import ApiSession
+from raychaos.targets.kubernetes.events import pod_changes, pull_events
+from raychaos.targets.kubernetes.informer import Informer
+from raychaos.targets.kubernetes.raycluster import RayClusterHandle
 from raychaos.targets.kubernetes.safety import (
     CORDONED_BY,
     RUN_ID,
     check_namespace,
     gpu_count,
-    is_daemonset_pod,
+    unsupported,
 )
-
-#: What the Kubernetes target cannot do, per fault argument (checked before anything starts).
-UNSUPPORTED: dict[str, dict[str, str]] = {
-    "throttle_registry_pulls": {
-        "latency_ms": "the kubernetes target shapes pull rate only (tc police); set it to 0",
-        "error_rate": "the kubernetes target cannot fail registry requests; set it to 0",
-        "restart_workers": "the kubernetes target does not restart pods for a throttle; "
-                           "leave it out",
-        "image_mb": "the image size on Kubernetes is the real image's; leave it out",
-    },
-    "saturate_network": {
-        "loss_pct": "not supported on the kubernetes target yet (bandwidth and flood only); "
-                    "set it to 0",
-        "latency_ms": "not supported on the kubernetes target yet; set it to 0",
-        "partition": "not supported on the kubernetes target yet; set it to false",
-    },
-}
-#: The fault functions' defaults: an argument equal to these asks for nothing unsupported.
-NEUTRAL: dict[str, Any] = {"latency_ms": 0.0, "error_rate": 0.0, "restart_workers": None,
-                           "image_mb": 32.0, "loss_pct": 0.0, "partition": False}
 
 __all__ = ["KubernetesTarget"]
 
@@ -77,8 +67,13 @@ class KubernetesTarget:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.cluster = spec.cluster or ""
         self.api: ApiSession | None = None
+        self.handle: RayClusterHandle | None = None
         self.raycluster: dict[str, Any] = {}
+        self.drivers: dict[str, dict[str, Any]] = {}
         self._log_offsets: dict[str, int] = {}
+        self._pulled: Informer | None = None
+        self._emitted: set[str] = set()
+        self._pod_snapshot: dict[str, dict[str, Any]] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
     def connect(self) -> None:
@@ -97,8 +92,12 @@ class KubernetesTarget:
                 self.cluster = found[0]["metadata"]["name"]
             self.raycluster = api.read(api.custom.get_namespaced_custom_object, "ray.io", "v1",
                                        self.ns, "rayclusters", self.cluster)
+            handle = RayClusterHandle(api, self.ns, self.cluster, self.raycluster,
+                                      self.spec.dashboard_url)
+            self.handle = handle
+            handle.find_token()
         except KubeApiError as exc:
-            api.close()
+            self._close(api)
             if exc.status == 404:
                 raise TargetUnavailable(f"{where}: no RayCluster {self.cluster!r} in namespace "
                                         f"{self.ns} (or the ray.io/v1 CRD is not installed)"
@@ -109,13 +108,22 @@ class KubernetesTarget:
                                         f"{exc.message}") from exc
             raise TargetUnavailable(f"{where}: HTTP {exc.status} {exc.reason}") from exc
         except BaseException:
-            api.close()  # e.g. ConfigError: several RayClusters and none named
+            self._close(api)  # e.g. ConfigError: several RayClusters and none named
             raise
         self.api = api
 
+    def _close(self, api: ApiSession) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+        if self._pulled is not None:
+            self._pulled.stop()
+            self._pulled = None
+        api.close()
+
     def close(self) -> None:
         if self.api is not None:
-            self.api.close()
+            self._close(self.api)
             self.api = None
 
     def ensure_up(self, say: Callable[[str], None]) -> bool:
@@ -127,12 +135,23 @@ class KubernetesTarget:
         return {}
 
     def refusals(self, fault: str, args: Mapping[str, Any]) -> list[Refusal]:
-        return [(arg, why) for arg, why in UNSUPPORTED.get(fault, {}).items()
-                if arg in args and args[arg] != NEUTRAL.get(arg)]
+        return unsupported(fault, args)
 
     def preflight(self, fault: str, args: Mapping[str, Any]) -> None:
+        handle = self._handle()
         if fault == "drain_gpu_nodes":
             self.select_drain_victims(int(args.get("count", 1)), args.get("selector"))
+        elif fault == "saturate_network":
+            victims = [handle.pod_named(n) for n in args.get("nodes") or ["worker-1"]]
+            handle.peer_for(victims)
+            if float(args.get("bandwidth_mbit", 50.0) or 0) and \
+                    not k8s_network.chaos_mesh_installed(self._api()):
+                raise ConfigError("saturate_network: bandwidth_mbit needs Chaos Mesh "
+                                  "(CRD networkchaos.chaos-mesh.org) on the cluster; install "
+                                  "it, or set bandwidth_mbit: 0 and keep flood: true")
+        elif fault == "throttle_registry_pulls":
+            for name in args.get("restart_workers") or []:
+                handle.pod_named(name)
 
     def run_lock(self) -> RunLock:
         """One run at a time on this RayCluster: a coordination.k8s.io Lease next to it."""
@@ -145,6 +164,11 @@ class KubernetesTarget:
             raise TargetUnavailable("kubernetes target: connect() was not called")
         return self.api
 
+    def _handle(self) -> RayClusterHandle:
+        if self.handle is None or self.api is None:
+            raise TargetUnavailable("kubernetes target: connect() was not called")
+        return self.handle
+
     def gcs_ft(self) -> dict[str, Any]:
         """Whether GCS fault tolerance is configured, and how."""
         spec = self.raycluster.get("spec", {})
@@ -156,135 +180,128 @@ class KubernetesTarget:
         return {"enabled": False, "via": None}
 
     def describe(self) -> dict[str, Any]:
-        api = self._api()
-        pods = self._ray_pods()
+        api, handle = self._api(), self._handle()
         groups: dict[str, int] = {}
-        for p in pods:
-            labels = p["metadata"]["labels"]
-            if labels.get("ray.io/node-type") == "worker" and not is_daemonset_pod(p):
-                g = labels.get("ray.io/group", "?")
-                groups[g] = groups.get(g, 0) + 1
+        for p in handle.workers():
+            g = p["metadata"]["labels"].get("ray.io/group", "?")
+            groups[g] = groups.get(g, 0) + 1
         gpu_nodes = [n["metadata"]["name"] for n in api.read(api.core.list_node)["items"]
                      if gpu_count(n) > 0]
+        fwd = handle.forwards.get("dashboard")
         return {"kind": self.kind, "api": api.host, "namespace": self.ns,
                 "context": self.spec.context, "kubeconfig": self.spec.kubeconfig,
                 "cluster": self.cluster, "run_id": self.run_id, "gcs_ft": self.gcs_ft(),
+                "gcs_fault_tolerance": self.gcs_ft()["enabled"],
                 "worker_groups": groups, "gpu_nodes": gpu_nodes, "dry_run": api.gate.dry_run,
-                "dashboard_url": self.spec.dashboard_url
-                or "not set: port-forward the head service's 8265 and set dashboard_url"}
+                "tls_verify": bool(api.api_client.configuration.verify_ssl),
+                "head_service": handle.head_service_name(),
+                "dashboard": self.spec.dashboard_url or (
+                    f"raychaos port-forward to the pods behind Service {self.ns}/"
+                    f"{handle.head_service_name()} (re-resolved per connection)"
+                    + (f"; {fwd.stats['connections']} connections, last pod {fwd.last_pod}"
+                       if fwd else "")),
+                "ray_auth": handle.token_source, "job_drivers": self.drivers}
 
     # --- observation ---------------------------------------------------------------------------
-    def _ray_pods(self) -> list[dict[str, Any]]:
-        api = self._api()
-        pods: list[dict[str, Any]] = api.read(api.core.list_namespaced_pod, self.ns,
-                                               label_selector=f"ray.io/cluster={self.cluster}"
-                                               )["items"]
-        return pods
-
     def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:
-        """Ray nodes as pods: Ready → ALIVE, terminating → DRAINING, otherwise DEAD."""
-        out = []
-        for p in self._ray_pods():
-            meta = p["metadata"]
-            if is_daemonset_pod(p):
-                continue
-            ready = k8s_head._ready(p)
-            state = "DRAINING" if "deletionTimestamp" in meta else "ALIVE" if ready else "DEAD"
-            out.append(NodeInfo(node_id=meta["uid"], name=meta["name"],
-                                address=p.get("status", {}).get("podIP") or "", state=state,
-                                is_head=meta["labels"].get("ray.io/node-type") == "head",
-                                gpus=gpu_count(p), labels=dict(meta["labels"])))
-        return out
+        """Ray's node table (the dashboard's state API), each ALIVE node named by its pod."""
+        return self._handle().nodes(max(timeout, 1.0))
 
     def gcs_alive(self, timeout: float = 0.5) -> bool:
-        """Dashboard ``/api/version`` when reachable, else the head pod's readiness."""
-        if self.spec.dashboard_url:
-            try:
-                self._http("GET", "/api/version", timeout=timeout)
-                return True
-            except TargetUnavailable:
-                return False
+        """The dashboard's GCS health check through the port-forward; False when unreachable."""
         try:
-            return bool(self.head_identity()["ready"])
-        except Exception:  # noqa: BLE001 - a probe answers False, never raises
+            return self._handle().dashboard.gcs_alive(timeout)
+        except TargetUnavailable:
             return False
 
+    def observe(self, deadline_s: float = 0.1) -> Observation:
+        """``gcs_alive`` and the pods as nodes; re-registration is not known (``reported``)."""
+        t0 = time.monotonic()
+        up = self.gcs_alive(timeout=max(deadline_s, 0.05))
+        if not up:
+            return Observation(False, error="the GCS did not answer",
+                               latency_s=time.monotonic() - t0)
+        try:
+            nodes = self.nodes(timeout=deadline_s)
+        except Exception:  # noqa: BLE001 - the GCS answered; the pod list did not
+            return Observation(True, latency_s=time.monotonic() - t0)
+        return Observation(True, nodes=nodes, latency_s=time.monotonic() - t0)
+
     def head_identity(self) -> dict[str, Any]:
-        return k8s_head.head_identity(self._api(), self.ns, self.cluster)
+        head = self._handle().head_pod()
+        if head is None:
+            raise NothingMatched(f"kubernetes: no head pod of RayCluster {self.ns}/"
+                                 f"{self.cluster}")
+        return k8s_head.identity(head) | {"namespace": self.ns, "cluster": self.cluster}
 
     def serve_url(self, port: int = 8000) -> str:
-        """Ray Serve as clients reach it; needs ``serve_url`` in the target settings."""
-        if not self.spec.serve_url:
-            raise TargetUnavailable(
-                f"kubernetes: no serve_url set; port-forward the Serve service "
-                f"(`kubectl -n {self.ns} port-forward svc/{self.cluster}-serve-svc "
-                f"{port}:{port}`) and set serve_url to http://127.0.0.1:{port}")
-        return self.spec.serve_url.rstrip("/")
+        """Ray Serve through raychaos's port-forward to a pod with a Serve proxy (a worker
+        first: it keeps serving while the head is down)."""
+        handle = self._handle()
+        handle.note_serve_proxies()
+        return handle.forward("serve").url
 
     def metrics_texts(self, timeout: float = 0.5) -> list[str]:
         """Not read on Kubernetes yet (the raylets' metrics ports are inside the pods)."""
         return []
 
     def cluster_events(self, since: float) -> list[dict[str, Any]]:
-        """Image pulls the kubelet reported (``Pulled`` events) since ``since``."""
-        return k8s_network.pull_events(self._api(), self.ns, since)
+        """Image pulls the kubelet reported (``Pulled`` events) since ``since``, each once, and
+        the Ray pods' restarts, replacements and readiness (from the informer: no request)."""
+        if self._pulled is None:
+            api = self._api()
+            self._pulled = Informer(api, api.core.list_namespaced_event, self.ns,
+                                    field_selector="reason=Pulled").start()
+        fresh = [e for e in pull_events(self._pulled.items(), since - 1.0)
+                 if e["uid"] not in self._emitted]
+        self._emitted |= {e.pop("uid") for e in fresh}
+        changes, self._pod_snapshot = pod_changes(self._pod_snapshot, self._handle().pods(),
+                                                  time.time())
+        return sorted(fresh + changes, key=lambda e: e["ts"])
 
     def dashboard_url(self) -> str:
-        if not self.spec.dashboard_url:
-            raise TargetUnavailable(
-                f"kubernetes: no dashboard_url set; run `kubectl -n {self.ns} port-forward "
-                f"svc/{self.cluster}-head-svc 8265:8265` and set dashboard_url to "
-                f"http://127.0.0.1:8265")
-        return self.spec.dashboard_url.rstrip("/")
+        return self._handle().dashboard.url
 
-    # --- jobs: the Ray Jobs REST API over plain HTTP -------------------------------------------
-    def _http(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
-        url = self.dashboard_url() + path
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
-                raw = resp.read()
-        except (urllib.error.URLError, OSError) as exc:
-            raise TargetUnavailable(f"Ray dashboard at {url}: {exc}") from exc
-        return json.loads(raw) if raw else {}
-
+    # --- jobs: the Ray Jobs REST API through the dashboard -------------------------------------
     def submit_job(self, entrypoint: str, *, working_dir: str | None = None,
                    on_driver_node: bool = True, metadata: dict[str, str] | None = None) -> str:
-        """Submit via the Jobs API; ``on_driver_node`` is ignored (KubeRay places drivers)."""
-        body: dict[str, Any] = {"entrypoint": entrypoint, "metadata": metadata or {}}
-        if working_dir and not working_dir.startswith(("gcs://", "s3://", "gs://", "https://")):
-            # a folder on this machine: Ray's own client uploads it to the cluster first
-            from ray.job_submission import JobSubmissionClient
-
-            try:
-                return str(JobSubmissionClient(self.dashboard_url()).submit_job(
-                    entrypoint=entrypoint, runtime_env={"working_dir": working_dir},
-                    metadata=metadata or {}))
-            except Exception as exc:
-                raise TargetUnavailable(f"Jobs API at {self.dashboard_url()}: {exc}") from exc
-        if working_dir:
-            body["runtime_env"] = {"working_dir": working_dir}
-        return str(self._http("POST", "/api/jobs/", body)["submission_id"])
+        """Submit via the Jobs API; with ``on_driver_node`` the driver goes to a worker."""
+        handle = self._handle()
+        resources, where = handle.driver_placement() if on_driver_node else (
+            None, {"placed_by": "ray", "why": "on_driver_node is false"})
+        job_id = handle.dashboard.submit(entrypoint, working_dir, metadata or {}, resources)
+        self.drivers[job_id] = {"entrypoint": entrypoint[:80], **where}
+        return job_id
 
     def job_status(self, job_id: str) -> str:
         try:
-            return str(self._http("GET", f"/api/jobs/{job_id}").get("status", "UNKNOWN"))
-        except TargetUnavailable:
+            info = self._handle().dashboard.job(job_id)
+        except (TargetUnavailable, KubeApiError):
             return "UNKNOWN"
+        return "MISSING" if info is None else str(info.get("status", "UNKNOWN"))
 
     def stop_job(self, job_id: str) -> None:
         try:
-            self._http("POST", f"/api/jobs/{job_id}/stop")
-        except TargetUnavailable:
+            self._handle().dashboard.stop_job(job_id)
+        except (TargetUnavailable, KubeApiError):
             pass
 
     def job_log_lines(self, job_id: str) -> list[str]:
-        logs = str(self._http("GET", f"/api/jobs/{job_id}/logs").get("logs", ""))
+        """New lines of the driver log; none while the dashboard is unreachable (they come
+        when it is back: the log lives on the driver's worker)."""
+        try:
+            logs = self._handle().dashboard.job_logs(job_id)
+        except (TargetUnavailable, KubeApiError):
+            return []
         start = self._log_offsets.get(job_id, 0)
-        self._log_offsets[job_id] = len(logs)
-        return logs[start:].splitlines()
+        if len(logs) < start:  # a log that shrank is not ours to replay (stats would double)
+            start = len(logs)
+        cut = logs.rfind("\n", start) + 1  # whole lines only; the rest next time
+        if cut <= start:
+            self._log_offsets[job_id] = start
+            return []
+        self._log_offsets[job_id] = cut
+        return logs[start:cut].splitlines()
 
     # --- faults --------------------------------------------------------------------------------
     def kill_head(self, mode: str, record: dict[str, Any]) -> dict[str, Any]:
@@ -300,9 +317,8 @@ class KubernetesTarget:
     def select_drain_victims(self, count: int, selector: dict[str, str] | None
                              ) -> list[NodeInfo]:
         """The Kubernetes nodes a drain would cordon, as NodeInfo (changes nothing)."""
-        api = self._api()
-        nodes = k8s_drain.select_nodes(api, self.ns, self.cluster, _label_selector(selector),
-                                       None if selector else count)
+        nodes, _rule = k8s_drain.select_nodes(self._api(), self.ns, self.cluster,
+                                              _label_selector(selector), count)
         return [NodeInfo(node_id=n["metadata"]["uid"], name=n["metadata"]["name"],
                          address="", state="ALIVE", gpus=gpu_count(n),
                          labels=dict(n["metadata"].get("labels") or {})) for n in nodes]
@@ -310,48 +326,45 @@ class KubernetesTarget:
     def drain_nodes(self, *, count: int, selector: dict[str, str] | None, deadline_s: float,
                     reason: str, replace: bool, replace_delay_s: float,
                     record: dict[str, Any]) -> dict[str, Any]:
-        """Cordon nodes (by label ``selector`` or ``count`` GPU nodes) and evict their Ray pods
-        through the Eviction API; KubeRay recreates the evicted workers elsewhere (``replace``
-        and ``replace_delay_s`` are the operator's business on Kubernetes)."""
+        """Cordon nodes and evict what runs on them (``kubectl drain``); KubeRay recreates the
+        Ray pods (``replace_delay_s`` is the operator's business on Kubernetes)."""
         ev = k8s_drain.drain_nodes(
             self._api(), self.ns, self.cluster, self.run_id, record,
-            selector=_label_selector(selector), count=None if selector else count, evict=True,
-            deadline_s=deadline_s, max_nodes=self.spec.max_nodes_at_once)
+            selector=_label_selector(selector), count=count, deadline_s=deadline_s,
+            max_nodes=self.spec.max_nodes_at_once,
+            allowed_namespaces=list(self.spec.allowed_namespaces))
         ev.setdefault("reason", reason)
         return ev
 
     def throttle_registry_pulls(self, *, rate_bps: float, latency_ms: float, error_rate: float,
                                 image_mb: float, restart_workers: list[str] | None,
                                 record: dict[str, Any]) -> dict[str, Any]:
-        """Limit download rate from the registry hosts of the RayCluster's images on the nodes
-        running Ray pods, with a privileged hostNetwork DaemonSet running ``tc``."""
-        return k8s_network.throttle_registry_pulls(
-            self._api(), self.ns, self.run_id, record, rate=_tc_rate(rate_bps),
-            nodes=self._ray_node_names(), image=k8s_network.TOOL_IMAGE,
-            registry_hosts=self._registry_hosts())
+        """Shape pulls from the registry hosts of the RayCluster's images on every node its
+        pods may run on; then restart ``restart_workers`` so their replacements pull."""
+        api, handle = self._api(), self._handle()
+        images = sorted({c.get("image", "") for p in handle.pods()
+                         for c in p["spec"].get("containers", [])} - {""})
+        restart = [handle.pod_named(n) for n in restart_workers or []]
+        ev = k8s_registry.throttle_registry_pulls(
+            api, self.ns, self.run_id, record, rate=_tc_rate(rate_bps),
+            nodes=handle.pool_nodes(), hosts=k8s_registry.registry_hosts(images))
+        ev["images"] = images
+        if restart and not api.gate.dry_run:
+            ev["restarted"] = k8s_registry.restart_pods(api, self.ns, self.cluster, restart,
+                                                        handle.pods())
+        return ev
 
     def saturate_network(self, *, nodes: list[str], bandwidth_bps: float, loss_pct: float,
                          latency_ms: float, flood: bool, partition: bool, flood_s: float,
                          record: dict[str, Any]) -> dict[str, Any]:
-        """Chaos Mesh NetworkChaos (bandwidth) on the Ray pods if installed, else iperf3 pod
-        pairs pinned to ``nodes`` (Kubernetes node names) to saturate their links."""
+        """Chaos Mesh bandwidth on the named Ray pods (``worker-1``, ``head`` or pod names)
+        and a paced flood into them from another Ray pod, for ``flood_s``."""
+        victims = [self._handle().pod_named(n) for n in nodes]
         return k8s_network.saturate_network(
-            self._api(), self.ns, self.cluster, self.run_id, record, nodes=nodes or None,
-            rate=_tc_rate(bandwidth_bps or 10e6), duration_s=int(flood_s),
-            image=k8s_network.IPERF_IMAGE)
-
-    def _ray_node_names(self) -> list[str]:
-        return sorted({p["spec"].get("nodeName") for p in self._ray_pods()
-                       if p["spec"].get("nodeName")})
-
-    def _registry_hosts(self) -> list[str]:
-        hosts = set()
-        for pod in self._ray_pods():
-            for c in pod["spec"].get("containers", []):
-                first = c.get("image", "").split("/")[0]
-                hosts.add(first if ("." in first or ":" in first) and "/" in c.get("image", "")
-                          else "registry-1.docker.io")
-        return sorted(hosts)
+            self._api(), self.ns, self.run_id, record, victims=victims,
+            peer=self._handle().peer_for(victims),
+            rate=_tc_rate(bandwidth_bps) if bandwidth_bps else None, flood=flood, flood_s=flood_s,
+            flood_bps=bandwidth_bps * 2 if bandwidth_bps else 200e6)
 
     def planned_calls(self) -> list[dict[str, Any]]:
         """Mutating calls made — or, in dry-run, that would have been made — in order."""
@@ -368,8 +381,15 @@ class KubernetesTarget:
                 return {"undone": True, "note": "nothing to revert: KubeRay recreates the head"}
             if kind == "drain_nodes":
                 return {"undone": True, "uncordoned": k8s_drain.uncordon(api, undo["nodes"])}
-            if kind in k8s_network.UNDO_KINDS:
-                return {"undone": True, "deleted": k8s_network.delete_created(api, undo)}
+            if kind == "throttle_registry_pulls":
+                deleted = k8s_network.delete_created(api, undo)
+                removed = {} if api.gate.dry_run else k8s_registry.clean_nodes(api, self.ns,
+                                                                               undo)
+                return {"undone": True, "deleted": deleted, "left_on_nodes_removed": removed}
+            if kind == "saturate_network":
+                stopped = [] if api.gate.dry_run else k8s_network.stop_floods(api, undo)
+                return {"undone": True, "deleted": k8s_network.delete_created(api, undo),
+                        "floods_stopped": stopped}
         except (KubeApiError, TargetUnavailable) as exc:
             raise RollbackFailed(f"undo {kind}: {undo} may still be applied: {exc}") from exc
         raise RollbackFailed(f"undo: unknown fault kind {kind!r} in record {record.get('id')}")

@@ -18,8 +18,9 @@ from typing import Any
 
 from raychaos.errors import RollbackFailed, TargetUnavailable
 from raychaos.results.store import write_json_atomic
-from raychaos.targets.base import NodeInfo
-from raychaos.targets.local.gcs import GcsProbe
+from raychaos.targets.base import NodeInfo, Observation
+from raychaos.targets.local.gcs import GcsAdmin
+from raychaos.targets.local.gcs_probe import GcsProbe
 from raychaos.targets.local.network.pods import PodNetwork
 from raychaos.targets.local.nodes import NodePlan, process_matches
 
@@ -37,6 +38,7 @@ class LocalCluster:
         self.state_dir = state_dir
         self.net = net
         self._gcs: GcsProbe | None = None
+        self._admin: GcsAdmin | None = None
         self._gcs_address = ""
 
     # --- state files -------------------------------------------------------------------------
@@ -129,15 +131,24 @@ class LocalCluster:
         """A probe on the current GCS address; one channel, never rebuilt per question."""
         address = self.gcs_address
         if self._gcs is None or address != self._gcs_address:
-            if self._gcs is not None:
-                self._gcs.close()
-            self._gcs, self._gcs_address = GcsProbe(address), address
+            self.close()
+            self._gcs, self._admin = GcsProbe(address), GcsAdmin(address)
+            self._gcs_address = address
         return self._gcs
+
+    def admin(self) -> GcsAdmin:
+        """Ray's drain API (faults only, never the sampling loop)."""
+        self.gcs()
+        assert self._admin is not None
+        return self._admin
 
     def close(self) -> None:
         if self._gcs is not None:
             self._gcs.close()
             self._gcs = None
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
 
     def gcs_alive(self, timeout: float = 0.5) -> bool:
         try:
@@ -145,23 +156,45 @@ class LocalCluster:
         except TargetUnavailable:
             return False
 
-    def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:
-        """Every node the GCS knows (dead ones too), named after their pods in netns mode."""
-        answer = self.gcs().ask(deadline_s=timeout, draining=True)
+    def nodes(self, timeout: float = 1.0, draining: bool = False) -> list[NodeInfo]:
+        """Every node the GCS knows (dead ones too), named after their pods in netns mode.
+
+        ``draining`` also asks Ray which nodes it is draining (a drain fault's question; it
+        goes through Ray's own client, so the monitor does not ask it)."""
+        answer = self.gcs().ask(deadline_s=timeout)
         if not answer.up:
             raise TargetUnavailable(f"local cluster '{self.name}': the GCS at "
                                     f"{self.gcs_address} did not answer within {timeout:g} s "
                                     f"({answer.error})")
+        drain_ids = self.admin().draining(timeout) if draining else set()
+        return self._node_infos(answer.nodes, drain_ids)
+
+    def observe(self, deadline_s: float) -> Observation:
+        """One question to the GCS for the monitor (see ``Target.observe``): the node table
+        and which raylets reported to this GCS incarnation (``GcsProbe.ask(reports=True)``)."""
+        try:
+            answer = self.gcs().ask(deadline_s=deadline_s, reports=True)
+        except TargetUnavailable as exc:  # no cluster.json: nothing to ask
+            return Observation(False, error=str(exc))
+        if not answer.up:
+            late = (answer.error or "").startswith("DEADLINE_EXCEEDED")
+            return Observation(False, error=answer.error, latency_s=answer.latency_s, late=late)
+        reported = None if answer.reported is None else frozenset(
+            node_id for node_id, has in answer.reported.items() if has)
+        return Observation(True, nodes=self._node_infos(answer.nodes, set()),
+                           latency_s=answer.latency_s, reported=reported,
+                           incarnation=answer.incarnation)
+
+    def _node_infos(self, nodes: Any, drain_ids: set[str]) -> list[NodeInfo]:
         names = {p.ip: p.name for p in self.plans()} if self.mode == "netns" else {}
         out = []
-        for n in answer.nodes:
-            state = "DRAINING" if n.state == "ALIVE" and n.draining else n.state
+        for n in nodes:
+            state = "DRAINING" if n.state == "ALIVE" and n.node_id in drain_ids else n.state
             out.append(NodeInfo(node_id=n.node_id, address=n.address,
                                 name=names.get(n.address, n.address), state=state,
                                 is_head=n.is_head, gpus=n.resources.get("GPU", 0.0),
                                 cpus=n.resources.get("CPU", 0.0), labels=dict(n.labels),
-                                resources=dict(n.resources),
-                                available=dict(n.available) if n.available else None))
+                                resources=dict(n.resources)))
         return out
 
     def metrics_texts(self, timeout: float = 0.5) -> list[str]:

@@ -24,7 +24,7 @@ REPLACE_TIMEOUT_S = 120.0
 
 
 def _capacity(cluster: LocalCluster) -> dict[str, Any]:
-    nodes = cluster.nodes(timeout=2.0)
+    nodes = cluster.nodes(timeout=2.0, draining=True)
     alive = [n for n in nodes if n.state in ("ALIVE", "DRAINING")]
     return {"alive": len(alive), "gpus": sum(n.gpus for n in alive if n.state == "ALIVE"),
             "states": {n.node_id[:8]: f"{n.name}:{n.state}" for n in nodes}}
@@ -71,7 +71,7 @@ def drain_nodes(cluster: LocalCluster, *, count: int, selector: dict[str, str] |
     deadline_ms = int((time.time() + deadline_s) * 1000)
     accepted = {}
     for victim in victims:
-        ok, why = cluster.gcs().drain(victim.node_id, reason, f"raychaos drain ({reason})",
+        ok, why = cluster.admin().drain(victim.node_id, reason, f"raychaos drain ({reason})",
                                       deadline_ms, timeout=10)
         accepted[victim.name] = {"accepted": ok, "rejection": why}
         if not ok:

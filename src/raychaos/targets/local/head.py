@@ -14,7 +14,7 @@ import signal
 import time
 from typing import Any
 
-from raychaos.errors import FaultFailed, RollbackFailed
+from raychaos.errors import FaultFailed, NotRecovered
 from raychaos.targets.local.cluster import LocalCluster
 from raychaos.targets.local.nodes import find_child, kill_tree, pid_alive, wait_gone
 
@@ -65,7 +65,10 @@ def wait_head_back(cluster: LocalCluster, old: dict[str, Any], timeout: float
 
 
 def ensure_head(cluster: LocalCluster, undo: dict[str, Any]) -> dict[str, Any]:
-    """The undo of a head kill: wait until a head answers again (the supervisor restarts it)."""
+    """The undo of a head kill: wait until a head answers again (the supervisor restarts it).
+
+    Nothing can be undone about a kill: a head that does not come back is NotRecovered (the
+    system failed), not a rollback that failed."""
     if not cluster.is_up():
         return {"undone": True, "note": "cluster is down; nothing to restore"}
     now = head_identity(cluster)
@@ -75,6 +78,6 @@ def ensure_head(cluster: LocalCluster, undo: dict[str, Any]) -> dict[str, Any]:
         return {"undone": True, "note": "the head was never killed", "pid": now["pid"]}
     result = wait_head_back(cluster, {"pid": undo.get("old_pid")}, timeout=120)
     if not result["back"]:
-        raise RollbackFailed(f"local cluster '{cluster.name}': the head did not come back "
-                             "within 120 s; it is still down")
+        raise NotRecovered(f"local cluster '{cluster.name}': the head did not come back "
+                           "within 120 s; it is still down")
     return {"undone": True, **result}

@@ -47,7 +47,7 @@ class LocalJobs:
 
     def job_status(self, job_id: str) -> str:
         try:  # the GCS first: it is back seconds before the dashboard after a head restart
-            status = self.cluster.gcs().job_status(job_id)
+            status = self.cluster.admin().job_status(job_id)
         except TargetUnavailable:
             status = None
         if status is not None:

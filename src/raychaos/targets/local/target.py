@@ -25,7 +25,7 @@ from typing import Any
 from raychaos.config.settings import LocalClusterSpec
 from raychaos.errors import NothingMatched, RollbackFailed, TargetUnavailable
 from raychaos.results.redact import redact_text
-from raychaos.targets.base import NodeInfo, Refusal, RunLock
+from raychaos.targets.base import NodeInfo, Observation, Refusal, RunLock
 from raychaos.targets.local import drain, head, lifecycle, warm
 from raychaos.targets.local.cluster import LocalCluster, default_state_root
 from raychaos.targets.local.errors import ray_errors
@@ -182,6 +182,9 @@ class LocalTarget:
 
     def nodes(self, timeout: float = 1.0) -> list[NodeInfo]:
         return self.cluster.nodes(timeout)
+
+    def observe(self, deadline_s: float = 0.1) -> Observation:
+        return self.cluster.observe(deadline_s)
 
     def dashboard_url(self) -> str:
         return self.jobs.dashboard_url()

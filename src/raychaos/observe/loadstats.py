@@ -1,0 +1,168 @@
+"""Per-load, per-window statistics of a run — one definition for ``summary.json``, the SLOs, the
+report and JUnit, for every load whether or not an SLO reads it.
+
+A load prints one stats line per second (``loads/_stats.py``): ``t`` on the run clock is the end
+of its second, ``count``/``failures`` what completed in it. Per load, those seconds are a grid:
+
+- the grid starts at the load's *second* line (its first covers a partial second, from the
+  moment the load started) and ends where the harness began stopping the loads
+  (:attr:`~raychaos.results.store.Ev.LOADS_STOPPED`, else the end of the timeline);
+- a second of the grid with no line is a **zero line**: a load that stalled, or whose driver
+  died, completed nothing in it. So throughput is completions per *wall* second
+  (``count / seconds``, seconds counted on the grid), never per record;
+- a second belongs to the window that holds its middle (windows: :mod:`.windows`).
+
+Per window (``baseline``, ``chaos``, ``recovery``, ``run``): ``seconds``, ``count``,
+``failures``, ``throughput`` (count / seconds), ``error_ratio`` (failures / (count + failures),
+null when nothing completed or failed), ``p50_ms``/``p95_ms``/``p99_ms`` (count-weighted
+percentiles of the per-second percentiles — exact when latency is steady within each second),
+``dip`` (1 − throughput / baseline throughput; null for the baseline itself and when there is no
+baseline throughput) and ``time_back_s`` (seconds after chaos ended until a 3-second mean of
+throughput is back at ≥ 90 % of baseline; null when it never was, and outside ``recovery`` and
+``run``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from raychaos.catalog import stats_format
+from raychaos.results.store import Ev
+
+__all__ = ["BACK_FRACTION", "BACK_SPAN_S", "STATS", "aggregate", "load_end", "load_names",
+           "load_report", "series", "time_back", "window_rows", "window_stats"]
+
+STATS = ("seconds", "count", "failures", "throughput", "error_ratio", "p50_ms", "p95_ms",
+         "p99_ms", "dip", "time_back_s")
+BACK_FRACTION = 0.9
+BACK_SPAN_S = 3
+Window = tuple[float, float]
+
+
+def load_names(records: list[dict[str, Any]]) -> list[str]:
+    return sorted({str(r.get("load")) for r in records if r.get("kind") == "load"})
+
+
+def load_end(records: list[dict[str, Any]]) -> float:
+    """Where load statistics end: the harness began stopping the loads, else the last record."""
+    stopped = [r["t"] for r in records if r.get("kind") == "event"
+               and r.get("event") == Ev.LOADS_STOPPED]
+    if stopped:
+        return float(min(stopped))
+    return float(max((r["t"] for r in records), default=0.0))
+
+
+def series(records: list[dict[str, Any]], load: str, end: float) -> list[dict[str, Any]]:
+    """The load's seconds on its grid (see the module docstring), zero lines filled in."""
+    rows = sorted((r for r in records if r.get("kind") == "load" and r.get("load") == load
+                   and isinstance(r.get("t"), (int, float))), key=lambda r: r["t"])
+    if len(rows) < 2:
+        return []
+    t0 = float(rows[1]["t"])  # the first line covers a partial second: the grid starts after
+    by_index: dict[int, dict[str, Any]] = {}
+    for r in rows[1:]:
+        k = round(float(r["t"]) - t0)
+        if t0 + k > end + 1e-6:
+            continue
+        if k in by_index:  # two lines for one second (a late report): add them up
+            a = by_index[k]
+            keep = r if r.get("count", 0) > a.get("count", 0) else a
+            by_index[k] = {**keep, "count": a.get("count", 0) + r.get("count", 0),
+                           "failures": a.get("failures", 0) + r.get("failures", 0)}
+        else:
+            by_index[k] = r
+    last = int(math.floor(end - t0 + 1e-6))
+    out = []
+    for k in range(0, max(last, max(by_index, default=-1)) + 1):
+        row = by_index.get(k)
+        out.append({**row, "t": t0 + k} if row is not None else
+                   {"t": t0 + k, "load": load, "count": 0, "failures": 0, "p50_ms": None,
+                    "p95_ms": None, "p99_ms": None, "zero_line": True})
+    return out
+
+
+def window_rows(rows: list[dict[str, Any]], window: Window) -> list[dict[str, Any]]:
+    """The seconds whose middle lies in ``window``."""
+    lo, hi = window
+    return [r for r in rows if lo <= r["t"] - 0.5 < hi]
+
+
+def _pct(rows: list[dict[str, Any]], key: str, q: float) -> float | None:
+    value: float | None = stats_format().weighted_percentile(
+        ((r.get(key), r.get("count", 0)) for r in rows), q)
+    return value
+
+
+def window_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``seconds``, ``count``, ``failures``, ``throughput``, ``error_ratio`` and percentiles
+    of the seconds ``rows`` (``dip``/``time_back_s`` are filled in by :func:`load_report`)."""
+    count = sum(int(r.get("count", 0)) for r in rows)
+    failures = sum(int(r.get("failures", 0)) for r in rows)
+    seconds = len(rows)
+    return {"seconds": seconds, "count": count, "failures": failures,
+            "throughput": round(count / seconds, 4) if seconds else None,
+            "error_ratio": round(failures / (count + failures), 6) if count + failures else None,
+            "p50_ms": _pct(rows, "p50_ms", 50), "p95_ms": _pct(rows, "p95_ms", 95),
+            "p99_ms": _pct(rows, "p99_ms", 99), "dip": None, "time_back_s": None}
+
+
+def time_back(rows: list[dict[str, Any]], chaos_end: float, baseline: float | None,
+              fraction: float = BACK_FRACTION, span: int = BACK_SPAN_S) -> float | None:
+    """Seconds after ``chaos_end`` until a ``span``-second mean of throughput is back at
+    ``fraction`` × ``baseline``; None when it never was (or there is no baseline)."""
+    if not baseline:
+        return None
+    after = [r for r in rows if r["t"] - 0.5 >= chaos_end]
+    for i in range(len(after) - span + 1):
+        mean = sum(int(r.get("count", 0)) for r in after[i:i + span]) / span
+        if mean >= fraction * baseline:
+            return round(max(0.0, float(after[i]["t"]) - 1.0 - chaos_end), 3)
+    return None
+
+
+def _dip(stats: dict[str, Any], baseline: float | None) -> float | None:
+    tp = stats["throughput"]
+    if not baseline or tp is None:
+        return None
+    return round(1.0 - float(tp) / baseline, 4)
+
+
+def load_report(records: list[dict[str, Any]], wins: dict[str, Window]
+                ) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{load: {window: stats}}`` for every load of the run and every window it has."""
+    end = load_end(records)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for name in load_names(records):
+        rows = series(records, name, end)
+        per = {w: window_stats(window_rows(rows, span)) for w, span in wins.items()}
+        base = per.get("baseline", {}).get("throughput")
+        for w, stats in per.items():
+            if w != "baseline" and "chaos" in wins:
+                stats["dip"] = _dip(stats, base)
+            if w in ("recovery", "run") and "chaos" in wins:
+                stats["time_back_s"] = time_back(rows, wins["chaos"][1], base)
+        out[name] = per
+    return out
+
+
+def aggregate(records: list[dict[str, Any]], wins: dict[str, Window], window: str,
+              load: str | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One load's (or, with ``load`` None, all loads') stats over ``window`` and its seconds:
+    throughputs of several loads add up, counts and failures too; percentiles are weighted
+    over every load's seconds."""
+    end = load_end(records)
+    names = [load] if load else load_names(records)
+    rows: list[dict[str, Any]] = []
+    tp = 0.0
+    seconds = 0
+    for name in names:
+        mine = window_rows(series(records, name, end), wins[window])
+        rows += mine
+        stats = window_stats(mine)
+        tp += stats["throughput"] or 0.0
+        seconds = max(seconds, stats["seconds"])
+    stats = window_stats(rows)
+    stats["seconds"] = seconds
+    stats["throughput"] = round(tp, 4) if seconds else None
+    return stats, rows

@@ -1,0 +1,117 @@
+"""raychaos's own port-forward: a loopback listener whose every connection picks its pod anew.
+
+Why not ``kubectl port-forward``: it resolves a Service to one pod when it starts and keeps
+forwarding to that pod; when the head pod is replaced it dies (kubernetes/kubectl#686) and the
+Jobs API, the dashboard and every "is the GCS up?" sample are gone for the rest of the run — and
+it is one more thing a user must start. Here each accepted connection asks ``resolve()`` for the
+pod of *now* (the head Service's pods, or Serve's), opens ``pods/portforward`` to it through the
+API server (so any kubeconfig credential works, and nothing but the API server needs to be
+reachable) and pipes bytes both ways. A connection that finds no pod, or a pod that refuses, is
+closed at once: a client sees "connection closed", which is what an outage is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+import socket
+import threading
+from collections.abc import Callable
+
+from raychaos.errors import RaychaosError
+from raychaos.targets.kubernetes.client import ApiSession
+from raychaos.targets.kubernetes.streams import open_portforward
+
+__all__ = ["LocalForward"]
+
+log = logging.getLogger(__name__)
+CHUNK = 1 << 16
+
+
+class LocalForward:
+    """``http://127.0.0.1:<port>`` → ``resolve()`` (a pod name and port), per connection."""
+
+    def __init__(self, api: ApiSession, namespace: str, resolve: Callable[[], tuple[str, int]],
+                 name: str):
+        self.api, self.ns, self.resolve, self.name = api, namespace, resolve, name
+        self._sock: socket.socket | None = None
+        self._stop = threading.Event()
+        self.stats = {"connections": 0, "refused": 0}
+        self.last_pod: str | None = None
+        self.last_error: str | None = None
+
+    def start(self) -> LocalForward:
+        if self._sock is None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(64)
+            self._sock = sock
+            threading.Thread(target=self._accept, daemon=True,
+                             name=f"raychaos-forward-{self.name}").start()
+        return self
+
+    @property
+    def url(self) -> str:
+        self.start()
+        assert self._sock is not None
+        return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+
+    def _accept(self) -> None:
+        assert self._sock is not None
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True,
+                             name=f"raychaos-forward-{self.name}-conn").start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        self.stats["connections"] += 1
+        try:
+            pod, port = self.resolve()
+            remote, pf, core = open_portforward(self.api, self.ns, pod, port)
+        except (RaychaosError, OSError) as exc:
+            self.stats["refused"] += 1
+            self.last_error = str(exc)
+            conn.close()
+            return
+        self.last_pod = pod
+        try:
+            _pipe(conn, remote)
+        finally:
+            for closer in (conn.close, remote.close, pf.close, core.api_client.close):
+                with contextlib.suppress(Exception):
+                    closer()
+
+
+def _pipe(a: socket.socket, b: socket.socket) -> None:
+    """Copy bytes both ways until either side closes."""
+    peers = {a: b, b: a}
+    open_ = [a, b]
+    while open_:
+        try:
+            ready, _, _ = select.select(open_, [], [], 60.0)
+        except (OSError, ValueError):
+            return
+        if not ready:
+            continue
+        for src in ready:
+            try:
+                data = src.recv(CHUNK)
+            except OSError:
+                data = b""
+            if not data:
+                return  # one side is done: HTTP clients reconnect, so end both
+            try:
+                peers[src].sendall(data)
+            except OSError:
+                return

@@ -1,0 +1,181 @@
+"""The world's container runtime: a container is a process tree in its own PID, mount and UTS
+namespace inside its pod's network namespace, started from the pod spec's command/args with
+this machine's binaries (images are only "pulled", never run).
+
+Each container is ``ip netns exec <pod netns> unshare --mount --pid --fork --mount-proc --uts
+--kill-child=SIGKILL -- sh -c SETUP -- CMD...``: ``ip netns exec`` bind-mounts the world's
+``/etc/netns/<ns>/hosts`` over /etc/hosts; SETUP gives the container a private /tmp (a folder
+of the pod), a tmpfs /dev/shm when the pod mounts a Memory emptyDir there, its other volumes,
+and the pod's hostname; then it execs CMD as PID 1 of the container. Killing the ``unshare``
+process kills the whole PID namespace, agents and all. ``exec`` is ``nsenter`` into that PID,
+mount, UTS and network namespace. Every process carries ``RAYCHAOS_WORLD=<world>/<pod uid>``
+in its environment so a sweep finds anything a crash left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+__all__ = ["Container", "MARKER", "base_env", "sweep", "marked"]
+
+MARKER = "RAYCHAOS_WORLD"
+VENV_BIN = str(Path(sys.executable).parent)
+SAFE_MOUNT_ROOTS = ("/tmp/", "/dev/shm")
+
+
+def base_env(hostname: str, marker: str) -> dict[str, str]:
+    return {"PATH": f"{VENV_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/root", "HOSTNAME": hostname, "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1",
+            # no DNS server in the world: names come from /etc/hosts, which gRPC's default
+            # c-ares resolver does not read
+            "GRPC_DNS_RESOLVER": "native",
+            MARKER: marker}
+
+
+@dataclass
+class Mount:
+    target: str
+    source: str | None = None      # a host folder to bind; None with tmpfs
+    tmpfs_bytes: int | None = None
+
+
+@dataclass
+class Container:
+    name: str
+    netns: str
+    hostname: str
+    argv: list[str]
+    env: dict[str, str]
+    tmp_dir: Path
+    log_path: Path
+    mounts: list[Mount] = field(default_factory=list)
+    nice: int = 0
+    proc: subprocess.Popen | None = None
+    started_at: float = 0.0
+
+    def setup_script(self) -> str:
+        """Volumes first (their sources may live under the host's /tmp; targets under /tmp
+        land in the container's own tmp folder), then that folder over /tmp, recursively."""
+        lines = ["set -e"]
+        for m in self.mounts:
+            if m.target.startswith("/tmp/"):
+                where = str(self.tmp_dir) + m.target[4:]
+            elif m.target.startswith(SAFE_MOUNT_ROOTS) or os.path.isdir(m.target):
+                where = m.target
+            else:
+                continue  # never create folders on the host's own filesystem
+            t = shlex.quote(where)
+            lines.append(f"mkdir -p {t}")
+            if m.tmpfs_bytes is not None:
+                lines.append(f"mount -t tmpfs -o size={int(m.tmpfs_bytes)} tmpfs {t}")
+            elif m.source:
+                lines.append(f"mount --bind {shlex.quote(m.source)} {t}")
+        lines += [f"mount --rbind {shlex.quote(str(self.tmp_dir))} /tmp",
+                  f"hostname {shlex.quote(self.hostname[:63])}", 'cd /', 'exec "$@"']
+        return "\n".join(lines)
+
+    def start(self) -> None:
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        for m in self.mounts:
+            if m.source:
+                Path(m.source).mkdir(parents=True, exist_ok=True)
+        cmd = ["ip", "netns", "exec", self.netns, "unshare", "--mount", "--pid", "--fork",
+               "--mount-proc", "--uts", "--kill-child=SIGKILL", "--propagation", "private",
+               "--", "/bin/sh", "-c", self.setup_script(), "--", *self.argv]
+        if self.nice:
+            cmd = ["nice", "-n", str(self.nice), *cmd]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=self.env,
+                                         start_new_session=True)
+        self.started_at = time.time()
+
+    # --- state ---------------------------------------------------------------------------------
+    def exit_code(self) -> int | None:
+        """None while running; else the exit code as Kubernetes reports it (128+signal)."""
+        if self.proc is None:
+            return None
+        rc = self.proc.poll()
+        if rc is None:
+            return None
+        return 128 - rc if rc < 0 else rc
+
+    def init_pid(self) -> int | None:
+        """Host PID of the container's PID 1 (the unshare process's child)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        try:
+            kids = psutil.Process(self.proc.pid).children()
+        except psutil.Error:
+            return None
+        return kids[0].pid if kids else None
+
+    def signal_init(self, sig: int) -> None:
+        pid = self.init_pid()
+        if pid:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        """SIGKILL the unshare process: the kernel then kills the whole PID namespace."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def exec(self, command: list[str], stdin: bool = False) -> subprocess.Popen | None:
+        pid = self.init_pid()
+        if pid is None:
+            return None
+        return subprocess.Popen(
+            ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-n", "--wd=/", "--", *command],
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env=self.env, start_new_session=True)
+
+
+def marked(prefix: str) -> list[psutil.Process]:
+    """Processes whose RAYCHAOS_WORLD marker starts with ``prefix`` (e.g. ``world/``)."""
+    found = []
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == me:
+            continue
+        try:
+            value = proc.environ().get(MARKER, "")
+        except (psutil.Error, OSError):
+            continue
+        if value.startswith(prefix):
+            found.append(proc)
+    return found
+
+
+def sweep(prefix: str, timeout: float = 10.0) -> list[int]:
+    """SIGKILL every marked process; returns the PIDs still alive at the deadline."""
+    for p in marked(prefix):
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    deadline = time.monotonic() + timeout
+    left = [p.pid for p in marked(prefix)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = [p.pid for p in marked(prefix) if p.status() != psutil.STATUS_ZOMBIE]
+    return left

@@ -1,0 +1,241 @@
+"""The negative-control matrix, arithmetic half: for every metric in the registry, a timeline (or
+probe evidence) in which its property is broken, and the SLO (or ``abort_if``) on it fails; for
+every probe, a fake cluster on which it fails. ``probes/README.md`` lists the matrix with the
+real-run controls next to these; a test keeps that table complete.
+
+A metric added to the registry without a control here fails ``test_every_metric_has_a_control``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raychaos.config.metrics import LIVE_METRICS, METRICS, SLO_METRICS
+from raychaos.config.settings import AbortSpec, RaychaosSettings, SloProfile, SloSpec
+from raychaos.context import Run, activate, deactivate
+from raychaos.faults.head import kill_head
+from raychaos.observe.abort import AbortWatch
+from raychaos.observe.monitor import Monitor
+from raychaos.observe.recovery import recovery_figures
+from raychaos.observe.slo import evaluate
+from raychaos.probes.actors import create_sentinel, sentinel_preserved
+from raychaos.probes.gcs import gcs_recovery
+from raychaos.probes.jobs import job_survival
+from raychaos.results.store import Clock, Ledger, Timeline
+from tests.unit.fake_target import FakeTarget
+
+pytestmark = pytest.mark.unit
+
+README = Path(__file__).resolve().parents[2] / "probes" / "README.md"
+Records = list[dict[str, Any]]
+
+
+def _loads(hurt: Callable[[int], dict[str, Any]], name: str = "storm") -> Records:
+    """30 s of one load (a line per second) with a kill at 10 that is over at 20; ``hurt(s)``
+    overrides the fields of the lines inside the chaos window."""
+    recs: Records = []
+    for s in range(1, 31):
+        line = {"t": float(s), "kind": "load", "load": name, "count": 100, "failures": 0,
+                "p50_ms": 2.0, "p95_ms": 4.0, "p99_ms": 8.0, "checksum_errors": 0,
+                "lost_outputs": 0, "gpu_stranded_frac": 0.05}
+        if 10 < s <= 20:
+            line.update(hurt(s))
+        recs.append(line)
+    recs += [{"t": 10.0, "kind": "event", "event": "fault_start", "name": "kill_head"},
+             {"t": 20.0, "kind": "event", "event": "fault_end", "name": "kill_head"}]
+    return sorted(recs, key=lambda r: r["t"])
+
+
+def _samples(ups: list[bool], every: float = 0.2, **fields: Any) -> Records:
+    recs: Records = [{"t": 1.0, "kind": "event", "event": "head_killed", "name": "head",
+                      "detail": {"workers_before": ["w1"]}}]
+    recs += [{"t": round(i * every, 3), "kind": "sample", "gcs_up": up,
+              **({"alive_ids": ["w1"], "nodes_alive": 2, "nodes_total": 2, **fields}
+                 if up else {})} for i, up in enumerate(ups)]
+    return sorted(recs, key=lambda r: r["t"])
+
+
+def _judge(metric: str, op: str, threshold: float, records: Records,
+           probes: list[dict[str, Any]] | None = None, window: str = "chaos",
+           load: str | None = "storm") -> dict[str, Any]:
+    producer = METRICS[metric].producer
+    spec = SloSpec(name=f"control-{metric}", metric=metric, op=op, threshold=threshold,
+                   window=window, load=load if producer == "loads" else None)
+    [row], _ = evaluate(SloProfile(name="controls", slos=[spec]), records, probes or [])
+    return row
+
+
+def _gcs_probe(records: Records) -> list[dict[str, Any]]:
+    figures = recovery_figures(records)
+    evidence = {**figures, "gcs_flaps_after_first_answer": figures["gcs_flaps"]}
+    return [{"name": "gcs_recovery", "verdict": "pass", "evidence": evidence}]
+
+
+CRASH_LOOP = [True] * 4 + ([False] * 4 + [True] * 3) * 8  # answers 0.6 s at a time, forever
+FLAPPED = [True] * 4 + [False] * 6 + [True] * 30 + [False] * 2 + [True] * 10
+
+# metric -> (what breaks it, how the SLO on it is judged)
+CONTROLS: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
+    "gcs_recovery_s": ("a GCS that answers once and crash-loops never has 5 s up", lambda: _judge(
+        "gcs_recovery_s", "<=", 60, [], _gcs_probe(_samples(CRASH_LOOP)))),
+    "nodes_recovery_s": ("workers listed ALIVE by the restored GCS but never reporting to it",
+                         lambda: _judge("nodes_recovery_s", "<=", 90, [], _gcs_probe(_samples(
+                             [True] * 4 + [False] * 5 + [True] * 40, reported_ids=[],
+                             gcs_incarnation=2)))),
+    "gcs_flaps": ("the GCS goes away again after it recovered", lambda: _judge(
+        "gcs_flaps", "<=", 0, [], _gcs_probe(_samples(FLAPPED)))),
+    "job_survival_ratio": ("a load job lost in the fault", lambda: _judge(
+        "job_survival_ratio", ">=", 1.0, [], [{"name": "job_survival", "verdict": "fail",
+                                                "evidence": {"ratio": 0.5}}])),
+    "sentinel_preserved": ("the detached actor restarted (new PID)", lambda: _judge(
+        "sentinel_preserved", "==", 1, [], [{"name": "sentinel_preserved", "verdict": "fail",
+                                             "evidence": {"preserved": False}}])),
+    "task_failure_ratio": ("tasks fail while the fault is on", lambda: _judge(
+        "task_failure_ratio", "<=", 0.01, _loads(lambda s: {"count": 90, "failures": 10}))),
+    "throughput_ratio": ("the load stalls and writes no line (zero lines count)", lambda: _judge(
+        "throughput_ratio", ">=", 0.5, [r for r in _loads(lambda s: {})
+                                        if not (r.get("kind") == "load" and 10 < r["t"] <= 20)])),
+    "p95_latency_ms": ("completions slow down", lambda: _judge(
+        "p95_latency_ms", "<=", 100, _loads(lambda s: {"p95_ms": 900.0}))),
+    "p99_latency_ms": ("completions slow down", lambda: _judge(
+        "p99_latency_ms", "<=", 100, _loads(lambda s: {"p99_ms": 1500.0}))),
+    "throughput_recovery_s": ("throughput never comes back to 90 % after chaos", lambda: _judge(
+        "throughput_recovery_s", "<=", 60, [
+            {**r, "count": 50} if r.get("kind") == "load" and r["t"] > 10 else r
+            for r in _loads(lambda s: {})])),
+    "checksum_errors": ("a block corrupted in transfer", lambda: _judge(
+        "checksum_errors", "==", 0, _loads(lambda s: {"checksum_errors": int(s == 15)}),
+        window="run")),
+    "blocks_lost_or_corrupted": ("a shuffle output lost (not corrupted)", lambda: _judge(
+        "blocks_lost_or_corrupted", "==", 0, _loads(lambda s: {"lost_outputs": int(s == 15)}),
+        window="run")),
+    "gpu_stranded_frac": ("GPUs held but idle", lambda: _judge(
+        "gpu_stranded_frac", "<=", 0.3, _loads(lambda s: {"gpu_stranded_frac": 0.8}))),
+    "spilled_mb": ("the object store spills", lambda: _judge(
+        "spilled_mb", "<=", 100, [{"t": 10.0, "kind": "event", "event": "fault_start"},
+                                  {"t": 15.0, "kind": "sample", "gcs_up": True,
+                                   "spilled_mb": 230.0},
+                                  {"t": 20.0, "kind": "event", "event": "fault_end"}])),
+}
+
+
+def _abort(metric: str, above: float, records: Records, now: float) -> str | None:
+    watch = AbortWatch([AbortSpec(metric=metric, above=above)], Path("unused"))
+    return watch.check(records, now)
+
+
+LIVE_CONTROLS: dict[str, tuple[str, Callable[[], str | None]]] = {
+    "error_ratio": ("half the operations fail right now", lambda: _abort(
+        "error_ratio", 0.2, [{"t": 9.5, "kind": "load", "count": 10, "failures": 10}], 10.0)),
+    "gcs_down_s": ("the GCS has not answered for 30 s", lambda: _abort(
+        "gcs_down_s", 20, _samples([True] * 5 + [False] * 10), 31.0)),
+    "nodes_dead": ("one node of three is dead", lambda: _abort(
+        "nodes_dead", 0, [{"t": 1.0, "kind": "sample", "nodes_total": 3, "nodes_alive": 2}],
+        1.0)),
+}
+
+
+def test_every_metric_has_a_control():
+    assert set(CONTROLS) == set(SLO_METRICS)
+    assert set(LIVE_CONTROLS) == set(LIVE_METRICS)
+
+
+@pytest.mark.parametrize("metric", sorted(CONTROLS))
+def test_the_slo_fails_when_its_property_is_broken(metric):
+    _what, judge = CONTROLS[metric]
+    row = judge()
+    assert row["verdict"] == "fail", row
+
+
+@pytest.mark.parametrize("metric", sorted(LIVE_CONTROLS))
+def test_abort_if_stops_the_run_when_its_property_is_broken(metric):
+    _what, watch = LIVE_CONTROLS[metric]
+    reason = watch()
+    assert reason and metric in reason
+
+
+# --- the probes, on the fake cluster --------------------------------------------------------
+@pytest.fixture
+def fake_run(tmp_path):
+    made: list[tuple[Run, Monitor]] = []
+
+    def make(**fake: Any) -> Run:
+        target = FakeTarget(**fake)
+        clock = Clock()
+        run = Run(run_id="r1", run_dir=tmp_path, settings=RaychaosSettings(), target=target,
+                  clock=clock, timeline=Timeline(tmp_path / "timeline.jsonl", clock),
+                  ledger=Ledger(tmp_path / "ledger.json", "r1", target.describe()))
+        monitor = Monitor(target, run.timeline, clock, interval_s=0.05,
+                          jobs=lambda: dict(run.jobs))
+        monitor.job_every_s = 0.2
+        monitor.start()
+        activate(run)
+        made.append((run, monitor))
+        return run
+
+    yield make
+    for run, monitor in made:
+        monitor.stop()
+        deactivate()
+        run.timeline.close()
+
+
+def test_job_survival_fails_for_a_dead_job_that_still_reads_running(fake_run):
+    import time
+
+    run = fake_run(outage_s=0.5, zombie_jobs=True)
+    run.jobs["task_storm"] = run.target.submit_job("python task_storm.py --name task_storm")
+    time.sleep(2.5)  # baseline lines (with completions) reach the timeline
+    kill_head(mode="head", wait_s=5)
+    evidence = job_survival(timeout_s=2)
+    assert evidence["jobs"]["task_storm"]["status"] == "RUNNING"
+    assert evidence["lost"] == ["task_storm"] and evidence["ratio"] == 0.0
+    assert run.probes[-1]["verdict"] == "fail"
+
+
+def test_sentinel_preserved_fails_when_the_actor_is_lost(fake_run):
+    run = fake_run(outage_s=0.3, lose_workers=True)
+    run.extras["sentinel"] = create_sentinel(run.target)
+    kill_head(mode="head", wait_s=5)
+    evidence = sentinel_preserved(timeout_s=5)
+    assert evidence["preserved"] is False and run.probes[-1]["verdict"] == "fail"
+
+
+def test_gcs_recovery_fails_when_the_workers_are_lost(fake_run):
+    run = fake_run(outage_s=0.3, lose_workers=True)
+    kill_head(mode="head", wait_s=5)
+    evidence = gcs_recovery(timeout_s=2, stable_s=0.3)
+    assert evidence["workers_lost"] and run.probes[-1]["verdict"] == "fail"
+
+
+def test_the_readme_lists_every_metric_and_probe():
+    text = README.read_text()
+    table = text[text.index("## Negative controls"):]
+    named = set(re.findall(r"^\| `([a-z_0-9]+)`", table, flags=re.M))
+    assert set(METRICS) | {"gcs_recovery", "job_survival", "sentinel_preserved"} <= named
+
+
+def test_a_busy_gcs_that_answers_late_is_not_a_flap_but_one_silent_for_2_s_is_down():
+    def samples(pattern: str) -> Records:
+        """``u`` answered, ``l`` late (no answer, no refusal), ``d`` refused; every 0.2 s."""
+        recs: Records = [{"t": 1.0, "kind": "event", "event": "head_killed", "name": "head",
+                          "detail": {"workers_before": ["w1"]}}]
+        for i, c in enumerate(pattern):
+            recs.append({"t": round(i * 0.2, 3), "kind": "sample", "gcs_up": c == "u",
+                         **({"gcs_late": True} if c == "l" else {}),
+                         **({"alive_ids": ["w1"]} if c == "u" else {})})
+        return recs
+
+    busy = "uuuuu" + "d" * 10 + "u" * 5 + "lll" + "u" * 5 + "llllll" + "u" * 30
+    figures = recovery_figures(samples(busy))
+    assert figures["gcs_first_answer_s"] == 2.0 and figures["gcs_recovery_s"] == 2.0
+    assert figures["gcs_flaps"] == 0 and figures["gcs_down_s"] == 2.0
+    silent = "uuuuu" + "d" * 10 + "u" * 30 + "l" * 12 + "u" * 30  # 2.4 s without an answer
+    assert recovery_figures(samples(silent))["gcs_flaps_after_recovery"] == 1
+    starting = "uuuuu" + "d" * 5 + "l" * 5 + "u" * 30  # late after refusals: still starting
+    assert recovery_figures(samples(starting))["gcs_first_answer_s"] == 2.0
