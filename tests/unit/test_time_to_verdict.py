@@ -1,7 +1,7 @@
 """Time to verdict: phase timings in every summary and on the console, a recovery window that
 ends when the loads are back, the sentinel answered by its watcher (no job per check), Serve
-recognised by name, a warm cluster reused only with the same settings, and a series of trials
-that takes its cluster down once, after the last."""
+recognised by name, a warm cluster reused only with the same settings, and a series (trials, a
+game day) that takes its cluster down once, after the last."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from raychaos.config.settings import LocalClusterSpec
 from raychaos.run.phases import Phases, format_phases
 from raychaos.run.recovery_window import back_at_baseline
 from raychaos.run.runner import RunOutcome
-from raychaos.run.series import run_trials
+from raychaos.run.series import run_gameday, run_trials
 from raychaos.run.serve import app_name, deployed_apps
 from raychaos.targets.local import warm
 from raychaos.targets.local.cluster import LocalCluster
@@ -212,3 +212,37 @@ def test_trials_keep_one_cluster_and_take_it_down_after_the_last(
     run_trials(REPO / "experiments/head-kill.yaml", 2, results_root=tmp_path,
                keep_cluster=True, run=fake_run, say=lambda _m: None)
     assert downs == [], "--down not given: the cluster stays up"
+
+
+def test_a_gameday_keeps_one_cluster_and_takes_it_down_after_the_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+
+    def fake_run(path: str | Path, **kwargs: Any) -> RunOutcome:
+        calls.append(kwargs)
+        run = make_run(Path(kwargs["results_root"]), f"run-{len(calls)}")
+        summary = json.loads((run / "summary.json").read_text())
+        return RunOutcome(0, run, summary, started_cluster=len(calls) == 1)
+
+    specs: list[Any] = []
+
+    class Target:
+        def down(self) -> dict[str, Any]:
+            return {}
+
+    def make_target(spec: Any, state_root: Any = None) -> Target:
+        specs.append(spec)
+        return Target()
+
+    monkeypatch.setattr("raychaos.targets.make_target", make_target)
+    exp = REPO / "experiments/head-kill.yaml"
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"name: g\ncooldown_s: 0\nexperiments:\n  - path: {exp}\n"
+                    f"  - path: {exp}\ntarget: {{kind: local, local: {{name: gd}}}}\n")
+    code, _folder = run_gameday(plan, results_root=tmp_path / "r", run=fake_run,
+                                say=lambda _m: None, keep_cluster=False)
+    assert code == 0 and [c["keep_cluster"] for c in calls] == [True, True]
+    assert [s.local.name for s in specs] == ["gd"], "down once, on the plan's target"
+    specs.clear()
+    run_gameday(plan, results_root=tmp_path / "r", run=fake_run, say=lambda _m: None)
+    assert specs == [], "--down not given: the cluster stays up"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from raychaos.errors import RaychaosError
 from raychaos.run.runner import RunOutcome
@@ -23,10 +24,11 @@ class WarmSeries:
     """Tracks which runs of a series started a cluster, to take it down at the end."""
 
     def __init__(self, keep_cluster: bool, state_root: str | Path | None = None,
-                 say: Callable[[str], None] = print):
+                 say: Callable[[str], None] = print, target: Any = None):
         self.keep_cluster = keep_cluster
         self.state_root = state_root
         self.say = say
+        self.target = target  # a game day's target, replacing each experiment's own
         self.started: list[Path] = []  # the experiments whose run started a cluster
 
     def ran(self, experiment: str | Path, outcome: RunOutcome) -> None:
@@ -42,8 +44,8 @@ class WarmSeries:
 
         for experiment in dict.fromkeys(self.started):
             try:
-                target = make_target(load_experiment(experiment).settings.target,
-                                     state_root=self.state_root)
+                spec = load_experiment(experiment, target=self.target).settings.target
+                target = make_target(spec, state_root=self.state_root)
                 self.say("taking the cluster of the series down")
                 target.down()
             except RaychaosError as exc:
