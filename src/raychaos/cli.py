@@ -2,7 +2,7 @@
 
     raychaos run EXPERIMENT [--slo FILE] [--trials N] [--dry-run] [--down] [--quiet]
     raychaos calibrate EXPERIMENT --trials N [--margin F] [--slo FILE] [--results DIR]
-    raychaos gameday PLAN [--results DIR] [--quiet]
+    raychaos gameday PLAN [--results DIR] [--down] [--quiet]
     raychaos schedule PLAN --cron "0 3 * * 1" [--namespace N] [--image I] [-o FILE]
     raychaos validate EXPERIMENT...
     raychaos local up|down|status [--name NAME] [--workers N] [--gpu-workers N]
