@@ -142,6 +142,8 @@ def test_a_head_that_is_never_restarted_fails_the_run_and_does_not_error(cluster
 
     def never(data):
         block = raychaos_block(data)
+        # the run sets it on the warm cluster in place (targets/local/warm.LIVE)
+        block["target"]["local"]["head_restart_delay_s"] = 600
         block["slo_profile"] = "probes/slo-local.yaml"
         block["loads"] = [x for x in block["loads"] if x["kind"] == "ray_job"]
         method_args(data, "kill_head").update(mode="head", wait_s=10)
@@ -156,7 +158,6 @@ def test_a_head_that_is_never_restarted_fails_the_run_and_does_not_error(cluster
                     target.cluster.write({**target.cluster.desired(), "head_restart_delay_s": 1})
                     return
 
-    target.cluster.write({**target.cluster.desired(), "head_restart_delay_s": 600})
     stop = threading.Event()
     watcher = threading.Thread(target=restore_when_said, args=(stop,), daemon=True)
     watcher.start()
