@@ -160,7 +160,7 @@ def _problems(cluster: LocalCluster, jobs: LocalJobs) -> tuple[list[str], dict[s
     """What keeps the cluster from being as a fresh one (empty: clean), and what was seen."""
     plans = cluster.plans()
     try:
-        nodes = cluster.nodes(timeout=2.0)
+        nodes = cluster.nodes(timeout=2.0, draining=True)  # a drain left is not clean
     except RaychaosError as exc:
         return [f"the GCS does not answer ({exc})"], {}
     alive = [n for n in nodes if n.state == "ALIVE"]
