@@ -2,7 +2,7 @@
 
     raychaos run EXPERIMENT [--slo FILE] [--trials N] [--dry-run] [--down] [--quiet]
     raychaos calibrate EXPERIMENT --trials N [--margin F] [--slo FILE] [--results DIR]
-    raychaos gameday PLAN [--results DIR] [--quiet]
+    raychaos gameday PLAN [--results DIR] [--down] [--quiet]
     raychaos schedule PLAN --cron "0 3 * * 1" [--namespace N] [--image I] [-o FILE]
     raychaos validate EXPERIMENT...
     raychaos local up|down|status [--name NAME] [--workers N] [--gpu-workers N]
@@ -102,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("plan", help="game-day plan file (YAML)")
     g.add_argument("--results", default="results", help="results root folder (default: results/)")
     g.add_argument("--quiet", action="store_true", help="phase lines, errors and verdicts only")
+    g.add_argument("--down", action="store_true",
+                   help="take the local cluster down after the last run if the game day "
+                        "started it")
     g.add_argument("--state-root", help=argparse.SUPPRESS)
     _publish_options(g)
 
@@ -236,7 +239,7 @@ def _gameday(args: argparse.Namespace) -> int:
 
     code, _folder = run_gameday(args.plan, results_root=args.results,
                                 state_root=args.state_root, quiet=args.quiet,
-                                publish=_publishing(args))
+                                publish=_publishing(args), keep_cluster=not args.down)
     return code
 
 

@@ -28,11 +28,32 @@ def method_args(data: dict[str, Any], func: str) -> dict[str, Any]:
 
 
 NOTHING_LEFT = {"processes": [], "namespaces": [], "links": [], "state_dir": []}
+WARM = "itwarm"  # the one local cluster the integration modules share (conftest.warm_cluster)
 
 
-def module_cluster(tmp_path_factory: Any, name: str, **spec: Any) -> Iterator[tuple[Any, Path]]:
-    """A module's shared local cluster (``spec``: more LocalClusterSpec settings); always torn
-    down, and the teardown proves nothing is left (processes, namespaces, links, folders)."""
+def module_cluster(warm: tuple[Any, Path], keep_serve: bool = False
+                   ) -> Iterator[tuple[Any, Path]]:
+    """A module's view of the shared warm cluster: restored and proven clean before the module
+    (what a run does before it reuses a cluster), and proven clean after it — no fault left,
+    every node ALIVE with its totals, no job running — without restoring anything, so a module
+    that leaves something behind fails here instead of passing it on. A Serve application an
+    earlier module left is removed unless the module wants it (``keep_serve``: it reuses it)."""
+    from raychaos.run.serve import retire_serve
+    from raychaos.targets.local import warm as warm_cluster
+
+    target, root = warm
+    target.ensure_up(lambda _msg: None)
+    target.run_lock().release()  # the module's runs take it themselves
+    if not keep_serve:
+        retire_serve(target)
+    yield target, root
+    warm_cluster.prove_clean(target.cluster, target.jobs, timeout=120)
+
+
+def own_cluster(tmp_path_factory: Any, name: str, **spec: Any) -> Iterator[tuple[Any, Path]]:
+    """A module's own local cluster, for settings the shared warm one does not have (``spec``:
+    more LocalClusterSpec settings); always torn down, and the teardown proves nothing is left
+    (processes, namespaces, links, folders)."""
     from raychaos.config.settings import LocalClusterSpec
     from raychaos.targets.local.target import LocalTarget
 

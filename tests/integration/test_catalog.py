@@ -1,4 +1,4 @@
-"""Every experiment of the catalog runs end to end on a real local cluster (one per module).
+"""Every experiment of the catalog runs end to end on a real local cluster (the shared one).
 
 Each run must prove its fault landed (ledger evidence), end with nothing applied (every ledger
 record undone), and reach the verdict its SLOs give. Then the negative controls — a harness that
@@ -21,16 +21,16 @@ import pytest
 
 from raychaos.run.runner import run_experiment_file
 
-from ._experiments import REPO, method_args, module_cluster, raychaos_block, variant
+from ._experiments import REPO, WARM, method_args, module_cluster, raychaos_block, variant
 
-NAME = "itcat"
+NAME = WARM
 CATALOG = ["gpu-node-drain", "registry-throttle", "network-saturation", "head-kill-slow-registry",
            "shuffle-under-head-kill"]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    yield from module_cluster(tmp_path_factory, NAME)
+def cluster(warm_cluster):
+    yield from module_cluster(warm_cluster)
 
 
 def _run(name, cluster, tmp_path, slo=None, change=None):
@@ -136,6 +136,7 @@ def test_a_head_that_is_never_restarted_fails_the_run_and_does_not_error(cluster
     import threading
     import time
 
+    from raychaos.errors import TargetUnavailable
     from raychaos.results.store import read_timeline
 
     monkeypatch.chdir(REPO)
@@ -143,6 +144,8 @@ def test_a_head_that_is_never_restarted_fails_the_run_and_does_not_error(cluster
 
     def never(data):
         block = raychaos_block(data)
+        # the run sets it on the warm cluster in place (targets/local/warm.LIVE)
+        block["target"]["local"]["head_restart_delay_s"] = 600
         block["slo_profile"] = "probes/slo-local.yaml"
         block["loads"] = [x for x in block["loads"] if x["kind"] == "ray_job"]
         method_args(data, "kill_head").update(mode="head", wait_s=10)
@@ -157,7 +160,6 @@ def test_a_head_that_is_never_restarted_fails_the_run_and_does_not_error(cluster
                     target.cluster.write({**target.cluster.desired(), "head_restart_delay_s": 1})
                     return
 
-    target.cluster.write({**target.cluster.desired(), "head_restart_delay_s": 600})
     stop = threading.Event()
     watcher = threading.Thread(target=restore_when_said, args=(stop,), daemon=True)
     watcher.start()
@@ -177,4 +179,17 @@ def test_a_head_that_is_never_restarted_fails_the_run_and_does_not_error(cluster
     assert fault["state"] == "undone", "the rollback waited for the head to come back"
     deadline = time.monotonic() + 60
     while not target.gcs_alive(1.0) and time.monotonic() < deadline:
+        time.sleep(1)
+    # the run stopped its loads while the dashboard was still down (the head came back only
+    # after the run said so) and LocalJobs.stop_job gives up silently then: stop what it could
+    # not, so the module leaves the shared cluster clean (a warm run's restore would too)
+    while time.monotonic() < deadline + 60:
+        try:
+            left = target.jobs.active_jobs()
+        except TargetUnavailable:
+            left = None
+        if left == []:
+            break
+        for job in left or []:
+            target.stop_job(job["job_id"])
         time.sleep(1)

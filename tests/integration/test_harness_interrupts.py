@@ -16,12 +16,12 @@ import time
 
 import pytest
 
-from raychaos.config.settings import LocalClusterSpec
 from raychaos.results.store import read_timeline
 from raychaos.targets.local.network.faults import _is_probe
 from raychaos.targets.local.registry.fault import _is_registry
 from raychaos.targets.local.target import LocalTarget
 
+from ._experiments import WARM, module_cluster
 from ._harness import HarnessRun, action, experiment, run_cli
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 if os.geteuid() != 0:
     pytest.skip("local faults need root (network namespaces, tc, nft)", allow_module_level=True)
 
-NAME = "hdint"
+NAME = WARM
 FAULTS = {
     "kill_head": action("head", "kill_head", mode="head", wait_s=120),
     "drain_gpu_nodes": action("nodes", "drain_gpu_nodes", count=1, deadline_s=4, replace=True,
@@ -43,16 +43,8 @@ SECRET = "hunter2-planted-7f3a"
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    root = tmp_path_factory.mktemp("state")
-    target = LocalTarget(LocalClusterSpec(name=NAME, head_restart_delay_s=1), state_root=root)
-    try:
-        target.up()
-        yield target, root
-    finally:
-        target.down()
-        assert target.leftovers() == {"processes": [], "namespaces": [], "links": [],
-                                      "state_dir": []}
+def cluster(warm_cluster):
+    yield from module_cluster(warm_cluster)
 
 
 def _alive(t: LocalTarget) -> tuple[int, float]:

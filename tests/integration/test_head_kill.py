@@ -1,10 +1,11 @@
 """The head-kill experiment end to end on a real local Ray cluster, both kill modes.
 
-One cluster for the module (Ray nodes are slow to start on 2 cores); it is torn down even when a
-test fails, and the teardown proves nothing is left behind. During each run an independent
-observer (``_gcs_observer.py``: its own process, a fresh gRPC channel every 50 ms) polls the GCS:
-the harness's first answer after the kill must agree with it within 0.3 s, and the monitor's
-timeline must have no gap longer than twice the sampling interval during the outage.
+The integration tier's shared cluster (Ray nodes are slow to start on 2 cores), proven clean
+before and after the module; the second run reuses the Serve application the first deployed.
+During each run an independent observer (``_gcs_observer.py``: its own process, a fresh gRPC
+channel every 50 ms) polls the GCS: the harness's first answer after the kill must agree with it
+within 0.3 s, and the monitor's timeline must have no gap longer than twice the sampling interval
+during the outage.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ import pytest
 
 from raychaos.run.runner import run_experiment_file
 
-from ._experiments import REPO, method_args, module_cluster, raychaos_block, variant
+from ._experiments import REPO, WARM, method_args, module_cluster, raychaos_block, variant
 
-NAME = "ithk"
+NAME = WARM
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    yield from module_cluster(tmp_path_factory, NAME)
+def cluster(warm_cluster):
+    yield from module_cluster(warm_cluster, keep_serve=True)
 
 
 def test_cluster_is_pods_with_a_gpu_worker(cluster):

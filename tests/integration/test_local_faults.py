@@ -1,4 +1,4 @@
-"""Local drain, registry-throttle and network faults on one real local cluster: each proven to
+"""Local drain, registry-throttle and network faults on the shared local cluster: each proven to
 land, its effect measured, and nothing left behind after undo (qdiscs, nft tables, processes,
 node count and GPU capacity)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from raychaos.config.settings import LocalClusterSpec, RaychaosSettings
+from raychaos.config.settings import RaychaosSettings
 from raychaos.context import Run, activate, deactivate
 from raychaos.errors import ConfigError, NothingMatched, RollbackFailed
 from raychaos.faults.network import saturate_network
@@ -20,6 +20,8 @@ from raychaos.faults.rollback import undo_all, undo_ledger
 from raychaos.results.store import Clock, Ledger, Timeline
 from raychaos.targets.local.target import LocalTarget
 
+from ._experiments import module_cluster
+
 pytestmark = pytest.mark.integration
 
 if os.geteuid() != 0:
@@ -27,14 +29,9 @@ if os.geteuid() != 0:
 
 
 @pytest.fixture(scope="module")
-def target():
-    t = LocalTarget(LocalClusterSpec(name="flt-it"))
-    try:
-        t.up()
+def target(warm_cluster):
+    for t, _root in module_cluster(warm_cluster):  # the shared cluster, proven clean
         yield t
-    finally:
-        t.down()
-    assert t.leftovers() == {"processes": [], "namespaces": [], "links": [], "state_dir": []}
 
 
 def net(t: LocalTarget, nodes: list[str], record: dict | None = None, bandwidth_bps: float = 0.0,

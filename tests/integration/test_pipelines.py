@@ -3,7 +3,7 @@ plugin against a local Ray cluster, read back as per-SLO JUnit test cases, then 
 with a copy of itself carrying a planted regression.
 
 pytest runs in a subprocess (as in CI: ``pytest -p raychaos.pytest_plugin --raychaos ...``)
-and reuses this module's cluster through ``--raychaos-state-root``.
+and reuses the shared cluster through ``--raychaos-state-root``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 
 from raychaos import cli
 
-from ._experiments import REPO, module_cluster, raychaos_block, variant
+from ._experiments import REPO, WARM, module_cluster, raychaos_block, variant
 
-NAME = "plpipe"
+NAME = WARM
 SLOS = ["gcs-recovers-fast", "workers-reregister", "sentinel-actor-preserved",
         "load-jobs-survive", "task-failures", "storm-throughput-during-chaos",
         "storm-throughput-back", "serve-errors", "serve-p95-after-recovery"]
@@ -27,8 +27,8 @@ PROBES = ["gcs_recovery", "sentinel_preserved", "job_survival"]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    yield from module_cluster(tmp_path_factory, NAME)
+def cluster(warm_cluster):
+    yield from module_cluster(warm_cluster, keep_serve=True)
 
 
 def test_head_kill_through_the_plugin_then_compare(cluster, pytester: pytest.Pytester,

@@ -15,7 +15,7 @@ import pytest
 from raychaos.config.rayflags import FAULT_ENV
 from raychaos.run.runner import run_experiment_file
 
-from ._experiments import REPO, method_args, module_cluster, raychaos_block, variant
+from ._experiments import REPO, method_args, own_cluster, raychaos_block, variant
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +29,7 @@ EAGER = {"health_check_period_ms": 1000, "health_check_timeout_ms": 2000,
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    yield from module_cluster(tmp_path_factory, NAME, **EAGER)
+    yield from own_cluster(tmp_path_factory, NAME, **EAGER)
 
 
 def _run(name: str, cluster: Any, tmp_path: Any, edit: Any = None) -> tuple[int, dict]:

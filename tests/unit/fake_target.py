@@ -7,12 +7,14 @@ faults, the probes and the monitor run unchanged against it: a head whose GCS go
 report to the new GCS ``reregister_s`` after it is back (or never, with ``reregister=False``:
 listed ALIVE from the restored table, never heard from — what re-registration must catch), jobs
 whose driver logs carry one stats line per second (``job_rate`` completions, ``job_failures``
-failures), the sentinel actor's job, drains and network faults that record what they changed and
-undo it; Ray fault flags (a restart with env: ``node_env`` shows it, ``gcs_call_ms`` grows with
-``RAY_testing_asio_delay_us``, injected failures show in ``ray_log_counts``) and blackouts (with
-``blackout_kills`` a cut worker is marked DEAD while its raylet lives: a false death; it comes
-back under a new ID when the network does). ``leak_gpu`` leaves worker-1's GPU unavailable.
-``calls`` lists every method call, for assertions.
+failures), the sentinel actor's jobs (the watcher answering once a second while the GCS is up,
+silent once its driver is lost with the workers; the one-off check), drains and network faults
+that record what they changed and undo it; Ray fault flags (a restart with env: ``node_env``
+shows it, ``gcs_call_ms`` grows with ``RAY_testing_asio_delay_us``, injected failures show in
+``ray_log_counts``) and blackouts (with ``blackout_kills`` a cut worker is marked DEAD while
+its raylet lives: a false death; it comes back under a new ID when the network does).
+``leak_gpu`` leaves worker-1's GPU unavailable. ``calls`` lists every method call, for
+assertions.
 
 Run an experiment against it from a subprocess with
 ``RAYCHAOS_TARGET_FACTORY=tests.unit.fake_target:from_spec``.
@@ -234,6 +236,14 @@ class FakeTarget:
                                          {"held_mb": mb, "blocks": 1, "node_id": "01" * 14})]}
             self.calls.append(("submit_job", entrypoint))
             return job_id
+        if "sentinel.py watch" in entrypoint:  # the long-lived watcher: answers every second
+            self.jobs[job_id] = {"entry": entrypoint, "name": name, "watch": True, "check": 0,
+                                 "lines": [SENTINEL + json.dumps({
+                                     "found": True, "reachable": True, **self.sentinel,
+                                     "ts": time.time(), "check": 0})],
+                                 "last": time.time(), "oneshot": False}
+            self.calls.append(("submit_job", entrypoint))
+            return job_id
         if "sentinel.py" in entrypoint:
             state = dict(self.sentinel)
             lost = self.lose_workers and self.head_pid > 1000
@@ -252,7 +262,12 @@ class FakeTarget:
             return str(job["status"])
         if job["oneshot"]:
             return "SUCCEEDED"
+        if job.get("watch") and self._watcher_lost():
+            return "FAILED"  # its driver died with the workers
         return "RUNNING" if not job.get("stopped") else "STOPPED"
+
+    def _watcher_lost(self) -> bool:
+        return self.lose_workers and self.head_pid > 1000
 
     def stop_job(self, job_id: str) -> None:
         if job_id in self.jobs:
@@ -266,6 +281,17 @@ class FakeTarget:
             out, job["lines"] = job["lines"], []
             return list(out)
         now = time.time()
+        if job.get("watch"):
+            out, job["lines"] = job["lines"], []
+            while job["last"] + 1 <= now and not job.get("stopped"):
+                job["last"] += 1
+                if not self._up() or self._watcher_lost():
+                    continue  # a lookup blocks while the GCS is down; a dead driver is silent
+                job["check"] += 1
+                out.append(SENTINEL + json.dumps({"found": True, "reachable": True,
+                                                  **self.sentinel, "ts": job["last"],
+                                                  "check": job["check"]}))
+            return out
         out = []
         if self.zombie_jobs and self.head_pid > 1000:  # the driver died with the head
             return []

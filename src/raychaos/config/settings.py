@@ -143,6 +143,14 @@ class LoadSpec:
 
 @dataclass(frozen=True)
 class MonitorSpec:
+    """Sampling, and the two observation windows around the faults.
+
+    ``settle_s``: the baseline held once every load reports, before the first fault.
+    ``recovery_window_s``: the longest the run keeps observing after the last fault before the
+    loads stop; it ends earlier once every load is back at its baseline and the cluster is whole
+    again (:mod:`raychaos.run.recovery_window`).
+    """
+
     interval_s: float = field(default=0.2, metadata={"min": 0.05, "max": 0.2})
     gpu: bool = False  # sample GPU stranding (observe/watch.py); on when an SLO needs it
     storage: bool = False  # sample where each object store lives; on when an SLO needs it

@@ -70,7 +70,7 @@ def gcs_recovery(timeout_s: Annotated[float, Range(0, 3600)] = 180.0,
             and figures["nodes_alive_s"] is not None)  # all that can be seen, seen
         if done or blind or time.monotonic() > deadline:
             break
-        time.sleep(0.5)
+        run.timeline.wait(0.5)  # the monitor's next sample
     # the workers of the last answer since the kill (the very last sample may be a late one
     # from a busy GCS, or one without the node table: neither says anything about them)
     last: dict[str, Any] = next((r for r in reversed(records) if r.get("kind") == "sample"

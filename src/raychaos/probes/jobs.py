@@ -19,8 +19,12 @@ TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED", "MISSING"}
 SURVIVED = {"RUNNING", "SUCCEEDED"}
 
 
-def run_job(target: Target, entrypoint: str, timeout: float = 120.0) -> tuple[str, list[str]]:
-    """Submit a short job from ``loads/`` and wait for it to end: (final status, log lines)."""
+def run_job(target: Target, entrypoint: str, timeout: float = 120.0,
+            until: str | None = None) -> tuple[str, list[str]]:
+    """Submit a short job from ``loads/`` and wait for it to end: (final status, log lines).
+
+    The driver's last lines can reach its log a moment after the job reads as ended: with
+    ``until`` (a marker the job prints), reading goes on briefly until a line carries it."""
     deadline = time.monotonic() + timeout
     while True:  # right after a head restart the Jobs API may not answer yet
         try:
@@ -41,8 +45,11 @@ def run_job(target: Target, entrypoint: str, timeout: float = 120.0) -> tuple[st
     else:
         target.stop_job(job_id)
         status = "TIMEOUT"
-    time.sleep(0.3)
     lines += target.job_log_lines(job_id)
+    settle = time.monotonic() + 2.0
+    while until and not any(until in line for line in lines) and time.monotonic() < settle:
+        time.sleep(0.1)
+        lines += target.job_log_lines(job_id)
     return status, lines
 
 
@@ -81,7 +88,7 @@ def _progress(run: Any, names: list[str], timeout_s: float) -> dict[str, dict[st
                    "progressing": n in last} for n in names}
         if all(v["progressing"] for v in out.values()) or time.monotonic() > deadline:
             return out
-        time.sleep(1.0)
+        run.timeline.wait(1.0)  # the next record (a load's stats line) may be the one
 
 
 def job_survival(timeout_s: Annotated[float, Range(0, 3600)] = 90.0) -> dict[str, Any]:

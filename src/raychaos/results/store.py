@@ -72,7 +72,9 @@ class Ev:
       nodes in ``name`` (``detail``: the fault's id, the cycle number);
     - ``node_dead``: the GCS began to list a node DEAD (``name``: the node; ``detail``:
       ``node_id``, ``raylet_alive`` — True when its raylet process was still running, i.e. a
-      false death; None when the target cannot tell).
+      false death; None when the target cannot tell);
+    - ``recovery_window``: the recovery window ended (``name``: ``back at baseline`` or
+      ``bound``; ``detail``: waited_s, bound_s, per-load seconds back).
     """
 
     PHASE = "phase"
@@ -95,6 +97,7 @@ class Ev:
     NODE_DEAD = "node_dead"
     NOT_RECOVERED = "not_recovered"
     LOADS_STOPPED = "loads_stopped"
+    RECOVERY_WINDOW = "recovery_window"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -150,12 +153,14 @@ class Clock:
 
 
 class Timeline:
-    """Append-only JSON lines, flushed per record; thread safe."""
+    """Append-only JSON lines, flushed per record; thread safe. :meth:`wait` lets a reader
+    (a probe waiting for recovery) wake up on the next record instead of sleeping blind."""
 
     def __init__(self, path: Path, clock: Clock):
         self.path = path
         self.clock = clock
         self._lock = threading.Lock()
+        self._written = threading.Condition(self._lock)
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
 
@@ -172,12 +177,18 @@ class Timeline:
             if not self._fh.closed:
                 self._fh.write(line + "\n")
                 self._fh.flush()
+            self._written.notify_all()
         for listener in self._listeners:
             try:
                 listener(record)
             except Exception:  # noqa: BLE001, S110 - an observer must not break the run
                 pass
         return record
+
+    def wait(self, timeout: float) -> bool:
+        """Block until the next record is written (True) or ``timeout`` passes (False)."""
+        with self._lock:
+            return self._written.wait(timeout)
 
     def event(self, event: str, name: str = "", **detail: Any) -> dict[str, Any]:
         return self.write("event", event=event, name=name, detail=detail)

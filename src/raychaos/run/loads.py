@@ -3,8 +3,12 @@
 Ray loads are jobs on the cluster (drivers on workers: a driver on the head dies with it); their
 stats lines come back through the driver logs, which the monitor reads. Locust loads run as a
 separate process group (:mod:`raychaos.loads.locust_runner`) — never imported here — and their
-stats file is read by the monitor too. A Serve application a load needs is deployed first, and
-removed afterwards only when this run deployed it.
+stats file is read by the monitor too. The sentinel's watcher job (:mod:`raychaos.probes.actors`)
+starts with them, so its driver comes up while the loads do instead of after them.
+
+A Serve application a load needs is deployed once per cluster (:mod:`raychaos.run.serve`): on a
+cluster kept warm between runs it stays for the next run, which reuses it when it is the same
+application; elsewhere it is removed afterwards when this run deployed it.
 """
 
 from __future__ import annotations
@@ -19,42 +23,66 @@ from raychaos.errors import RaychaosError, TargetUnavailable
 from raychaos.observe.monitor import Monitor
 from raychaos.probes.jobs import run_job
 from raychaos.results.store import read_timeline
+from raychaos.run.phases import Phases
 from raychaos.run.progress import Say
+from raychaos.run.serve import ensure_serve, retire_serve
 
 __all__ = ["LoadSet"]
 
+REPORT_TIMEOUT_S = 120.0
+STOP_GRACE_S = 3.0
+
 
 class LoadSet:
-    """Every load of one run."""
+    """Every load of one run (and the sentinel's watcher)."""
 
-    def __init__(self, experiment: Experiment, run: Run, monitor: Monitor, say: Say):
+    def __init__(self, experiment: Experiment, run: Run, monitor: Monitor, say: Say,
+                 phases: Phases | None = None, keep_serve: bool = False):
         self.experiment, self.run, self.monitor, self.say = experiment, run, monitor, say
+        self.phases = phases or Phases()
+        self.keep_serve = keep_serve  # the cluster stays warm: leave Serve for the next run
         self.locusts: list[Any] = []
 
     def start(self) -> None:
         run = self.run
+        self.phases.enter("loads_up")
         for load in run.settings.loads:
+            if load.kind != "ray_job":
+                continue
             script = resolve_path(load.script, self.experiment.path.parent).resolve()
+            ramp = load.ramp
+            ramp_args = ["--ramp", f"{ramp.start:g},{ramp.step:g},{ramp.step_s:g},"
+                                   f"{ramp.steps}"] if ramp else []
+            entry = " ".join(["python", shlex.quote(script.name),
+                              *map(shlex.quote, [*load.args, *ramp_args]),
+                              "--name", shlex.quote(load.name)])
+            job_id = run.target.submit_job(entry, working_dir=str(script.parent),
+                                           on_driver_node=load.on_driver_node,
+                                           metadata={"raychaos_run": run.run_id})
+            run.jobs[load.name] = job_id
+            self.say(f"load {load.name}: Ray job {job_id}")
+        if run.settings.sentinel:
+            from raychaos.probes.actors import start_sentinel
+
+            self.say("creating the sentinel actor (its watcher job starts with the loads)")
+            run.extras["sentinel_watch"] = start_sentinel(run.target)
+        apps = {load.serve_app for load in run.settings.loads if load.serve_app}
+        if run.target.owner().get("serves_own_apps"):  # a RayService: its apps are the user's
+            if apps:
+                self.say("the target serves its own applications; deploying (and removing) "
+                         "nothing")
+        elif apps:
+            for app in sorted(apps):
+                self._serve(app)
+        elif self._retire_serve():
+            self.say("removed the Serve application an earlier run left (this run needs none)")
+        self.phases.enter("loads_up")
+        for load in run.settings.loads:
             if load.kind == "ray_job":
-                ramp = load.ramp
-                ramp_args = ["--ramp", f"{ramp.start:g},{ramp.step:g},{ramp.step_s:g},"
-                                       f"{ramp.steps}"] if ramp else []
-                entry = " ".join(["python", shlex.quote(script.name),
-                                  *map(shlex.quote, [*load.args, *ramp_args]),
-                                  "--name", shlex.quote(load.name)])
-                job_id = run.target.submit_job(entry, working_dir=str(script.parent),
-                                               on_driver_node=load.on_driver_node,
-                                               metadata={"raychaos_run": run.run_id})
-                run.jobs[load.name] = job_id
-                self.say(f"load {load.name}: Ray job {job_id}")
                 continue
             from raychaos.loads.locust_runner import LocustProcess
 
-            if load.serve_app and run.target.owner().get("serves_own_apps"):
-                self.say(f"load {load.name}: the target serves its own applications; "
-                         f"deploying (and removing) nothing")
-            elif load.serve_app:
-                self._deploy_serve(load.serve_app)
+            script = resolve_path(load.script, self.experiment.path.parent).resolve()
             host = (run.target.serve_url() if load.host == "serve"
                     else load.host or run.target.dashboard_url())
             proc = LocustProcess(locustfile=str(script), host=host, users=load.users,
@@ -66,48 +94,84 @@ class LoadSet:
             self.monitor.extra_sources.append(proc.poll_stats)
             self.say(f"load {load.name}: Locust, {load.users} users against {host}")
 
-    def _deploy_serve(self, app: str) -> None:
-        self.say(f"deploying Serve application {app}")
-        status, lines = run_job(self.run.target,
-                                f"python serve_deploy.py --app {shlex.quote(app)}", timeout=300)
-        if status != "SUCCEEDED":
-            raise TargetUnavailable(f"the Serve application {app} did not become ready "
-                                    f"(job {status}): {' | '.join(lines[-3:])}")
-        self.run.extras["serve_app"] = app
+    def _retire_serve(self) -> bool:
+        """Remove a Serve application a previous run left, when this run needs none; a failure
+        is said, not fatal (this run's loads do not depend on it)."""
+        self.phases.enter("serve_remove")
+        try:
+            return retire_serve(self.run.target)
+        except RaychaosError as exc:
+            self.say(f"could not remove an earlier run's Serve application: {exc}")
+            return False
+
+    def _serve(self, app: str) -> None:
+        self.phases.enter("serve_deploy")
+        result = ensure_serve(self.run.target, app)
+        if result["reused"]:
+            self.say(f"Serve application {app} is already deployed ({result['name']}): "
+                     "reusing it")
+        else:
+            took = result.get("took") or {}
+            self.say(f"deployed Serve application {app} ({result['name']}; "
+                     + ", ".join(f"{k.removesuffix('_s')} {v:g}s" for k, v in took.items())
+                     + ")")
+            self.run.extras["serve_app"] = app
+        self.run.extras["serve"] = result
 
     def settle(self) -> None:
-        """Wait until every load reports, then hold the baseline for ``settle_s``."""
+        """Wait until every load reports and the sentinel exists, then hold the baseline for
+        ``settle_s`` (the baseline window: a documented wait, not a guess)."""
         run = self.run
-        if not run.settings.loads:
-            time.sleep(min(run.settings.monitor.settle_s, 2.0))
-            return
-        deadline = time.monotonic() + 120
-        self.say("waiting for the loads to report")
+        self.phases.enter("loads_report")
+        if run.settings.loads:
+            self.say("waiting for the loads to report")
+            self._await_reports()
+        watch = run.extras.get("sentinel_watch")
+        if watch is not None:
+            from raychaos.probes.actors import await_sentinel
+
+            self.phases.enter("sentinel")
+            run.extras["sentinel"] = await_sentinel(run.target, watch)
+        self.phases.enter("baseline")
+        hold = run.settings.monitor.settle_s if run.settings.loads else \
+            min(run.settings.monitor.settle_s, 2.0)
+        self.say(f"baseline: {hold:g}s")
+        time.sleep(hold)
+
+    def _await_reports(self) -> None:
+        run = self.run
+        deadline = time.monotonic() + REPORT_TIMEOUT_S
+        next_status = time.monotonic() + 1.0
         while time.monotonic() < deadline:
             seen = {r.get("load") for r in read_timeline(run.timeline.path)
                     if r.get("kind") == "load" and r.get("count", 0) > 0}
             if all(load.name in seen for load in run.settings.loads):
-                break
-            dead = [n for n, j in run.jobs.items()
-                    if run.target.job_status(j) in ("FAILED", "STOPPED", "MISSING")]
-            if dead:
-                raise TargetUnavailable(f"load job(s) {', '.join(dead)} ended before the "
-                                        "experiment started; see their logs on the cluster")
-            time.sleep(0.5)
-        self.say(f"baseline: {run.settings.monitor.settle_s:g}s")
-        time.sleep(run.settings.monitor.settle_s)
+                return
+            if time.monotonic() >= next_status:  # the Jobs API, once a second
+                next_status = time.monotonic() + 1.0
+                dead = [n for n, j in run.jobs.items()
+                        if run.target.job_status(j) in ("FAILED", "STOPPED", "MISSING")]
+                if dead:
+                    raise TargetUnavailable(f"load job(s) {', '.join(dead)} ended before the "
+                                            "experiment started; see their logs on the cluster")
+            run.timeline.wait(0.5)  # the next record (the monitor's) wakes this up
 
     def stop(self) -> None:
         run = self.run
         for proc in self.locusts:
-            try:
-                proc.stop()
+            try:  # Locust flushes its last second within a second of SIGTERM; one that does
+                # not (a request stuck on a slow Serve replica) must not hold the verdict up
+                proc.stop(grace_s=STOP_GRACE_S)
             except Exception as exc:  # noqa: BLE001 - keep stopping the rest
                 run.errors.append(f"stopping Locust: {exc}")
         for job_id in run.jobs.values():
             run.target.stop_job(job_id)
-        if run.extras.get("serve_app"):
+        watch = run.extras.get("sentinel_watch")
+        if watch is not None:  # it removes the sentinel actor as it stops
+            run.target.stop_job(watch["job_id"])
+        if run.extras.get("serve_app") and not self.keep_serve:
             try:  # Serve's proxies and replicas would otherwise keep using the cluster's CPUs
                 run_job(run.target, "python serve_deploy.py --shutdown", timeout=60)
             except RaychaosError as exc:
                 run.errors.append(f"removing the Serve application: {exc}")
+

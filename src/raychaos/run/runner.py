@@ -33,6 +33,7 @@ class RunOutcome:
     exit_code: int
     run_dir: Path | None = None  # None: nothing was started (bad input, dry run)
     summary: dict[str, Any] = field(default_factory=dict)
+    started_cluster: bool = False  # this run started the (local) cluster it ran on
 
 
 def run_experiment_file(path: str | Path, *, slo: str | None = None,
@@ -90,7 +91,8 @@ def run_experiment(path: str | Path, *, slo: str | None = None,
     summary = session.summary or session.finish(journal)
     if publish is not None and session.run_dir is not None:
         _publish(publish, session.run_dir)
-    return RunOutcome(int(summary["exit_code"]), session.run_dir, summary)
+    return RunOutcome(int(summary["exit_code"]), session.run_dir, summary,
+                      started_cluster=session.started_cluster)
 
 
 def _publish(publish: Publish, run_dir: Path) -> None:

@@ -51,18 +51,21 @@ def _interrupted(outcome: RunOutcome) -> bool:
 def run_gameday(plan_path: str | Path, *, results_root: str | Path = "results",
                 state_root: str | Path | None = None, quiet: bool = False,
                 run: RunOne | None = None, sleep: Callable[[float], None] | None = None,
-                say: Callable[[str], None] = print,
-                publish: Publish | None = None) -> tuple[int, Path]:
+                say: Callable[[str], None] = print, publish: Publish | None = None,
+                keep_cluster: bool = True) -> tuple[int, Path]:
     """Run a game-day plan; return ``(exit code, game-day folder)``.
 
     The folder is ``<results_root>/<utc>-gameday-<plan name>/`` with one folder per run,
     ``gameday.json`` (what ran, what was skipped) and ``index.html``. With ``on_failure: stop``
     the first run that does not pass ends the game day; an interrupted run always does. The
     plan's ``target``, when set, replaces each experiment's own. A plan that does not load
-    raises ConfigError before anything starts.
+    raises ConfigError before anything starts. Every experiment runs on the cluster the first
+    one found or started, restored and proven clean in between (:class:`~raychaos.run.warm.
+    WarmSeries`); with ``keep_cluster=False`` it is taken down after the last run.
     """
     from raychaos.config.gameday import load_gameday
     from raychaos.results.gameday_index import build_gameday_report
+    from raychaos.run.warm import WarmSeries
 
     plan = load_gameday(plan_path)
     run = run or _default_run()
@@ -72,11 +75,13 @@ def run_gameday(plan_path: str | Path, *, results_root: str | Path = "results",
     codes: list[int] = []
     run_dirs: list[str | Path] = []
     stopped: str | None = None
+    series = WarmSeries(keep_cluster, state_root, say, target=plan.target)
     try:
         for i, step in enumerate(plan.experiments):
             say(f"game day {plan.name}: [{i + 1}/{len(plan.experiments)}] {step.path}")
             outcome = run(step.path, results_root=folder, state_root=state_root, quiet=quiet,
-                          target=plan.target, **_publishing(publish))
+                          target=plan.target, keep_cluster=True, **_publishing(publish))
+            series.ran(step.path, outcome)
             codes.append(outcome.exit_code)
             if outcome.run_dir is not None:
                 run_dirs.append(outcome.run_dir)
@@ -95,6 +100,8 @@ def run_gameday(plan_path: str | Path, *, results_root: str | Path = "results",
                 sleep(pause)
     except KeyboardInterrupt:
         stopped, codes = "interrupted", codes + [2]
+    finally:
+        series.finish()
     skipped = [s.path for s in plan.experiments[len(steps):]]
     if stopped:
         say(f"game day {plan.name}: {stopped}; skipped {len(skipped)} experiment(s)")
@@ -117,19 +124,24 @@ def run_trials(experiment: str | Path, trials: int, *, slo: str | None = None,
     Runs go to ``<results_root>/<utc>-<slug>-trials/``, next to ``trials.json``
     (:func:`raychaos.compare.summarize_trials`); the distribution table is printed. Every trial
     runs even when one fails — the pass rate is the point — but an interrupted or invalid run
-    ends the series. The folder is None when the experiment did not load.
+    ends the series. The folder is None when the experiment did not load. Every trial runs on
+    the cluster the first one found or started (:class:`raychaos.run.warm.WarmSeries`); with
+    ``keep_cluster=False`` it is taken down after the last trial, not after each.
     """
     from raychaos.results.compare import format_trials, summarize_trials
+    from raychaos.run.warm import WarmSeries
 
     run = run or _default_run()
     folder = new_run_dir(results_root, f"{slugify(Path(experiment).stem)}-trials")
     codes: list[int] = []
     run_dirs: list[str | Path] = []
+    series = WarmSeries(keep_cluster, state_root, say)  # one cluster for every trial
     try:
         for i in range(trials):
             say(f"trial {i + 1}/{trials}: {experiment}")
             outcome = run(experiment, slo=slo, results_root=folder, state_root=state_root,
-                          keep_cluster=keep_cluster, quiet=quiet, **_publishing(publish))
+                          keep_cluster=True, quiet=quiet, **_publishing(publish))
+            series.ran(experiment, outcome)
             codes.append(outcome.exit_code)
             if outcome.run_dir is None:  # bad input: nothing ran, nothing will
                 if not any(folder.iterdir()):
@@ -141,6 +153,8 @@ def run_trials(experiment: str | Path, trials: int, *, slo: str | None = None,
                 break
     except KeyboardInterrupt:
         codes.append(2)
+    finally:
+        series.finish()
     if run_dirs:
         summary = summarize_trials(run_dirs)
         (folder / "trials.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")

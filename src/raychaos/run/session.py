@@ -5,22 +5,24 @@ control (:mod:`raychaos.control`), which drives a :class:`Session`:
 
 - ``start`` (before the experiment): the stop switch (SIGINT/SIGTERM become an orderly stop),
   the results folder, timeline and ledger, the target (a local cluster is started if none is
-  up), the run lock, the live preflight of every fault, the monitor, the loads, the sentinel, the
-  baseline, the progress ticker and the ``abort_if`` watcher;
+  up, or the one that is up reused once it is proven clean), the run lock, the live preflight of
+  every fault, the monitor, the loads, the sentinel, the baseline, the progress ticker and the
+  ``abort_if`` watcher;
 - ``phase``/``activity_started``/``activity_ended`` (during it): progress lines and timeline
   events for each phase and activity;
 - ``finish`` (after it, always — success, failure, Ctrl-C, SIGTERM, abort, a start that failed):
-  undo every outstanding fault, observe the recovery window, stop loads and monitor, judge
+  undo every outstanding fault, observe the recovery window (until the loads are back,
+  :mod:`raychaos.run.recovery_window`), stop loads and monitor, judge
   (:mod:`raychaos.run.verdict`), write ``summary.json``, the journal (marked so ``chaos run``
   exits non-zero on anything but a pass), JUnit and the report, release the lock, and print the
-  verdict table.
+  verdict table and the seconds each phase took (:mod:`raychaos.run.phases`, also in
+  ``summary.json``).
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,9 @@ from raychaos.results.redact import redact_text
 from raychaos.results.store import Clock, Ev, Ledger, Timeline, new_run_dir, write_json_atomic
 from raychaos.run.console import RunConsole, open_console
 from raychaos.run.loads import LoadSet
+from raychaos.run.phases import Phases, format_phases
 from raychaos.run.progress import Progress, Say, Ticker, verdict_table
+from raychaos.run.recovery_window import observe_recovery
 from raychaos.run.resources import preflight_review, start_watch
 from raychaos.run.stopping import StopSwitch
 from raychaos.run.verdict import early_summary, mark_journal, summarize
@@ -86,11 +90,14 @@ class Session:
         self._stop = threading.Event()
         self._ticker: Ticker | None = None
         self._hypotheses = 0
+        self.phases = Phases()  # seconds per phase: summary.json and the console's last lines
+        self._ctk_phase = "start"  # the Chaos Toolkit phase an activity belongs to
 
     # --- start -------------------------------------------------------------------------------
     def start(self) -> Run:
         """Everything before the experiment; raises RaychaosError (then ``finish`` still runs)."""
         self.switch.install()
+        self.phases.enter("start")
         exp, settings = self.experiment, self.experiment.settings
         self.say(f"experiment: {exp.title}", essential=True)
         self.run_dir = new_run_dir(self.results_root, exp.slug)
@@ -98,20 +105,23 @@ class Session:
         timeline = Timeline(self.run_dir / "timeline.jsonl", clock)
         self.console = open_console(self.run_dir, timeline, self.say)
         timeline.event(Ev.PHASE, "start", experiment=exp.title)
+        self.phases.enter("target_up")
         target = make_target(settings.target, state_root=self.state_root)
         self.target = target
         run_id = f"{self.run_dir.name}-{uuid.uuid4().hex[:6]}"
         target.run_id = run_id  # objects a target creates carry the run's id as a label
+        self.lock = target.run_lock()  # one run at a time per target (released on every path)
         self.started_cluster = target.ensure_up(self.say)
         target.connect()
-        self.lock = target.run_lock()  # one run at a time per target
         self.lock.acquire(run_id)
         if self.lock.taken_over:
             timeline.event(Ev.LOCK_TAKEN_OVER, "stale", holder=self.lock.taken_over)
+        self.phases.enter("preflight")
         for _where, func, args in fault_activities(exp):  # selectors need the live cluster
             target.preflight(func, args)
         review = preflight_review(target, self.say)  # findings go to the summary
-        ledger = Ledger(self.run_dir / "ledger.json", run_id, target.describe())
+        described = target.describe()
+        ledger = Ledger(self.run_dir / "ledger.json", run_id, described)
         run = Run(run_id=run_id, run_dir=self.run_dir, settings=settings, target=target,
                   clock=clock, timeline=timeline, ledger=ledger, title=exp.title,
                   slo_profile=exp.slo_profile, stopping=self.switch.stopped)
@@ -124,17 +134,17 @@ class Session:
                                jobs=lambda: dict(run.jobs))
         self.monitor.start()
         self.watch = start_watch(exp, run)
-        self.loads = LoadSet(exp, run, self.monitor, self.say)
+        # what a run leaves for the next one (Serve) stays when the cluster is kept warm, or
+        # when it goes down with this run anyway
+        keep_serve = bool((described.get("cluster") or {}).get("kept_warm")) or (
+            self.started_cluster and not self.keep_cluster)
+        self.loads = LoadSet(exp, run, self.monitor, self.say, self.phases, keep_serve)
         self.loads.start()
-        if settings.sentinel:
-            from raychaos.probes.actors import create_sentinel
-
-            self.say("creating the sentinel actor")
-            run.extras["sentinel"] = create_sentinel(target)
         self.loads.settle()
         from raychaos.probes.consistency import snapshot_job_history
 
         run.extras["job_history_before"] = snapshot_job_history(target)  # before any fault
+        self.phases.enter("experiment")
         timeline.event(Ev.PHASE, "experiment")
         self._start_watchers(run)
         return run
@@ -175,12 +185,14 @@ class Session:
         else:
             text = "rollbacks"
             self.switch.rolling_back()  # a stop request no longer cuts anything short
+        self._ctk_phase = self.phases.enter(name)
         if self.run is not None:  # first: the progress line then shows the new phase
             self.run.timeline.event(Ev.PHASE, name)
         self.say(text, phase=True)
 
     def activity_started(self, activity: dict[str, Any]) -> None:
         self.say(f"  {activity.get('type')} {activity.get('name')} ...")
+        self.phases.enter(f"{activity.get('type')} {activity.get('name')}")
         if self.run is not None:
             self.run.timeline.event(Ev.ACTIVITY_START, str(activity.get("name")),
                                     type=activity.get("type"))
@@ -190,6 +202,7 @@ class Session:
         exc = (state or {}).get("exception")
         self.say(f"  {activity.get('name')}: {status}"
                  + (f" ({str(exc[-1]).strip()})" if exc else ""))
+        self.phases.resume(self._ctk_phase)
         if self.run is not None:
             self.run.timeline.event(Ev.ACTIVITY_END, str(activity.get("name")),
                                     type=activity.get("type"), status=status)
@@ -219,6 +232,10 @@ class Session:
             self.switch.restore()
             if self.console is not None:
                 self.console.close()
+        self.phases.stop()  # the teardown is over too: the summary gets every phase
+        self.summary["phases"] = self.phases.as_dict()
+        if self.run_dir is not None and (self.run_dir / "summary.json").exists():
+            write_json_atomic(self.run_dir / "summary.json", self.summary)
         self._print_verdict(self.summary)
         return self.summary
 
@@ -245,6 +262,7 @@ class Session:
             return summary
         try:
             run.timeline.event(Ev.PHASE, "finish", status=status)
+            self.phases.enter("undo")
             try:
                 if run.ledger.outstanding():
                     self.say("rolling back what is still applied")
@@ -252,25 +270,34 @@ class Session:
             except RaychaosError as exc:
                 errors.append(str(exc))
             if status == "completed":  # observe the recovery window before stopping the loads
-                self.say(f"recovery window: watching for "
-                         f"{run.settings.monitor.recovery_window_s:g}s")
-                time.sleep(run.settings.monitor.recovery_window_s)
+                self.phases.enter("recovery_window")
+                self.say(f"recovery window: watching for the loads back at baseline (at most "
+                         f"{run.settings.monitor.recovery_window_s:g}s)")
+                window = observe_recovery(run, run.settings.monitor.recovery_window_s)
+                self.say(f"recovery window: {window['ended']} after {window['waited_s']:g}s "
+                         f"(bound {window['bound_s']:g}s)")
+            self.phases.enter("loads_stop")
             if self.loads is not None:
                 run.timeline.event(Ev.LOADS_STOPPED)  # load statistics end here
                 self.loads.stop()
+            self.phases.enter("monitor_stop")
             if self.monitor:
                 self.monitor.stop()
             if self.watch is not None:
                 self.watch.stop()
+            self.phases.enter("verdict")
             summary = summarize(self.experiment, run, journal, status, errors, self.reason,
                                 self.monitor)
+            summary["phases"] = self.phases.as_dict()
             write_json_atomic(run.run_dir / "summary.json", summary)
             if journal is not None:
                 mark_journal(journal, summary, str(run.run_dir))
                 write_json_atomic(run.run_dir / "journal.json", journal)
+            self.phases.enter("report")
             self._extras(run.run_dir)
             return summary
         finally:
+            self.phases.enter("teardown")
             run.timeline.close()
             deactivate()
             self._release()
@@ -311,5 +338,7 @@ class Session:
             print(f"failed: {redact_text(str(fail))}")
         for err in summary.get("errors", []):
             print(f"error: {redact_text(str(err))}", file=sys.stderr)
+        if summary.get("phases"):
+            print(format_phases(summary["phases"], self.phases.total()))
         print(f"\nverdict: {summary['verdict'].upper()}  (exit {summary['exit_code']})  "
               f"results: {self.run_dir}", flush=True)

@@ -59,6 +59,8 @@ class FileLock:
             return {"pid": None}
 
     def acquire(self, run_id: str) -> None:
+        if self.held:  # taken already (the local target takes it to restore a warm cluster)
+            return
         me = {"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id,
               "since": time.time()}
         self.path.parent.mkdir(parents=True, exist_ok=True)

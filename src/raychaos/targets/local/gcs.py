@@ -1,5 +1,6 @@
 """The local target's administrative calls to the GCS: Ray's drain, which nodes are draining,
-and the consistency probes' reads (each node's total and available resources, the job table).
+the consistency probes' reads (each node's total and available resources, the job table), and
+a submitted job's status as the GCS records it.
 
 Sampling (is the GCS up, what is its node table, which raylets reported to it) goes through
 :class:`~raychaos.targets.local.gcs_probe.GcsProbe`, which never blocks past its deadline. The
@@ -10,12 +11,14 @@ become raychaos errors (:mod:`.errors`).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from raychaos.targets.local.errors import ray_errors
 
 __all__ = ["GcsAdmin"]
 
+JOB_INFO_PREFIX = "_ray_internal_job_info_"  # Ray's JobInfoStorageClient.JOB_DATA_KEY_PREFIX
 REASONS = {"preemption": "DRAIN_NODE_REASON_PREEMPTION",
            "idle": "DRAIN_NODE_REASON_IDLE_TERMINATION"}
 
@@ -42,6 +45,24 @@ class GcsAdmin:
             self._client = None
             return set()
         return {k.hex() if isinstance(k, bytes) else str(k) for k in found}
+
+    def job_status(self, submission_id: str, deadline_s: float = 1.0) -> str | None:
+        """A submitted job's status as the GCS holds it — the record the Jobs API itself reads
+        (internal KV, namespace ``job``), so it answers while the dashboard is still coming back
+        after a head restart. ``MISSING`` when the GCS has no such job; None when it does not
+        answer."""
+        key = f"{JOB_INFO_PREFIX}{submission_id}".encode()
+        try:
+            raw = self._gcs_client().internal_kv_get(key, b"job", timeout=deadline_s)
+        except Exception:  # noqa: BLE001 - a Ray error is an answer: "down"
+            self._client = None
+            return None
+        if raw is None:
+            return "MISSING"
+        try:
+            return str(json.loads(raw)["status"])
+        except (ValueError, KeyError, TypeError):
+            return None
 
     def drain(self, node_id: str, reason: str, message: str, deadline_ms: int,
               timeout: float = 10.0) -> tuple[bool, str | None]:

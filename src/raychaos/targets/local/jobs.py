@@ -3,13 +3,15 @@
 Job drivers are placed on workers with ``entrypoint_resources`` (a ``raychaos_driver`` resource
 only workers declare): a driver on the head dies with it, which would turn every head-kill
 experiment into a job-loss experiment. Driver logs are read straight from the worker's log
-folder, so load stats keep flowing while the head (and its dashboard) is down.
+folder, so load stats keep flowing while the head (and its dashboard) is down; a job's status is
+read from the GCS (the record the Jobs API serves), which is back well before the dashboard.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from raychaos.errors import TargetUnavailable
 from raychaos.targets.local.cluster import LocalCluster
 from raychaos.targets.local.plan import DRIVER_RESOURCE
 from raychaos.targets.retry import with_backoff
@@ -44,6 +46,12 @@ class LocalJobs:
             entrypoint_resources={DRIVER_RESOURCE: 1} if on_driver_node else None))
 
     def job_status(self, job_id: str) -> str:
+        try:  # the GCS first: it is back seconds before the dashboard after a head restart
+            status = self.cluster.admin().job_status(job_id)
+        except TargetUnavailable:
+            status = None
+        if status is not None:
+            return status
         try:  # a read: safe to repeat while the dashboard blinks
             return with_backoff(lambda: str(self._jobs().get_job_status(job_id).value),
                                 attempts=2, first_delay_s=0.2)
@@ -59,6 +67,19 @@ class LocalJobs:
             return node
         except Exception:
             return None
+
+    def active_jobs(self) -> list[dict[str, str]]:
+        """Every job not finished yet (PENDING, RUNNING), whoever submitted it; raise
+        TargetUnavailable when the Jobs API does not answer."""
+        try:
+            found = self._jobs().list_jobs()
+        except Exception as exc:
+            self._job_client = None
+            raise TargetUnavailable(f"local cluster '{self.cluster.name}': the Jobs API does "
+                                    f"not answer ({type(exc).__name__})") from exc
+        return [{"job_id": str(j.submission_id or j.job_id), "status": str(j.status.value),
+                 "entrypoint": str(j.entrypoint)} for j in found
+                if str(j.status.value) in ("PENDING", "RUNNING")]
 
     def stop_job(self, job_id: str) -> None:
         try:

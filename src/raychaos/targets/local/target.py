@@ -10,10 +10,14 @@ workers get a long ``RAY_gcs_rpc_server_reconnect_timeout_s`` as KubeRay sets on
 facade over a :class:`~.cluster.LocalCluster` handle and the plain functions of the head, jobs,
 drain, registry and network modules. Third-party failures (Ray, ``ip``/``tc``) are turned into
 the raychaos error tree where they happen, in those modules (:mod:`.errors`).
+
+A cluster that is already up is reused by the next run when it has the experiment's settings —
+restored and proven clean first (:mod:`.warm`); one with other settings is replaced.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,7 +27,7 @@ from raychaos.config.settings import LocalClusterSpec
 from raychaos.errors import ConfigError, NothingMatched, RollbackFailed, TargetUnavailable
 from raychaos.results.redact import redact_text
 from raychaos.targets.base import NodeInfo, Observation, Refusal, RunLock
-from raychaos.targets.local import drain, head, lifecycle, nodeenv, shmfault
+from raychaos.targets.local import drain, head, lifecycle, nodeenv, shmfault, warm
 from raychaos.targets.local.cluster import LocalCluster, default_state_root
 from raychaos.targets.local.errors import ray_errors
 from raychaos.targets.local.jobs import LocalJobs
@@ -33,6 +37,7 @@ from raychaos.targets.local.network import faults as netfaults
 from raychaos.targets.local.network.pods import PodNetwork, netns_supported
 from raychaos.targets.local.raylogs import LogCounter
 from raychaos.targets.local.registry import fault as registry
+from raychaos.targets.lock import FileLock
 
 __all__ = ["LocalTarget", "default_state_root"]
 
@@ -55,6 +60,8 @@ class LocalTarget:
         self.progress = progress or (lambda _msg: None)
         self.run_id = ""
         self.logs = LogCounter(self.cluster)
+        self.readiness: dict[str, Any] = {}  # how ensure_up found the cluster (describe())
+        self._lock: FileLock | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
     @property
@@ -73,11 +80,36 @@ class LocalTarget:
         return self.status()
 
     def ensure_up(self, say: Callable[[str], None]) -> bool:
+        """Start the cluster, or reuse the one that is up: with the same settings it is
+        restored and proven clean (under the run lock, so never under a live run); with other
+        settings it is replaced. True when this call started a cluster."""
+        t0 = time.monotonic()
         if self.is_up():
-            return False
-        say("no local cluster is up: starting one")
+            lock = self.run_lock()
+            lock.acquire(self.run_id or "reuse")  # TargetBusy: a live run holds it
+            diffs = warm.differences(self.cluster, self.spec)
+            if not diffs:
+                restored = warm.restore(self.cluster, self.jobs, self.spec)
+                if restored:
+                    say(f"restored the local cluster '{self.spec.name}': "
+                        + "; ".join(restored))
+                proof = warm.prove_clean(self.cluster, self.jobs, say=say)
+                say(f"reusing local cluster '{self.spec.name}': {proof['nodes_alive']} nodes "
+                    f"ALIVE with their totals, no fault or job left (proven in "
+                    f"{time.monotonic() - t0:.1f}s)")
+                self.readiness = {"started": False, "reused": True, "kept_warm": True,
+                                  "restored": restored, "proof": proof}
+                return False
+            say(f"local cluster '{self.spec.name}' is up with other settings "
+                f"({'; '.join(diffs)}): replacing it")
+            lock.release()  # its folder (with the lock file) goes with it
+            self.down()
+        else:
+            say("no local cluster is up: starting one")
         self.progress = say
         self.up()
+        self.readiness = {"started": True, "reused": False, "kept_warm": True,
+                          "up_s": round(time.monotonic() - t0, 2)}
         return True
 
     def down(self) -> dict[str, Any]:
@@ -121,9 +153,11 @@ class LocalTarget:
         return {}
 
     def run_lock(self) -> RunLock:
-        from raychaos.targets.lock import FileLock
-
-        return FileLock(self.state_dir / "run.lock", f"local cluster '{self.spec.name}'")
+        """The cluster's lock file; the same object for the life of this target, so the lock
+        :meth:`ensure_up` took to restore the cluster is the run's."""
+        if self._lock is None:
+            self._lock = FileLock(self.state_dir / "run.lock", f"local cluster '{self.spec.name}'")
+        return self._lock
 
     def describe(self) -> dict[str, Any]:
         desired = self.cluster.desired() or {}
@@ -133,7 +167,8 @@ class LocalTarget:
                 "gcs_fault_tolerance": self.spec.gcs_storage != "none",
                 "gcs_storage": self.spec.gcs_storage, "workers": self.spec.workers,
                 "gpu_workers": self.spec.gpu_workers, "state_dir": str(self.state_dir),
-                "redis_address": redact_text(self.spec.redis_address or "") or None}
+                "redis_address": redact_text(self.spec.redis_address or "") or None,
+                "cluster": dict(self.readiness)}
 
     def refusals(self, fault: str, args: Mapping[str, Any]) -> list[Refusal]:
         out: list[Refusal] = []
