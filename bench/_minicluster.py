@@ -128,7 +128,7 @@ class MiniCluster:
         return self._start(0)
 
     def wait_gcs(self, timeout: float) -> float:
-        from raychaos.targets.local.gcs_probe import GcsProbe
+        from raychaos.targets.gcs_probe import GcsProbe
 
         deadline = time.monotonic() + timeout
         with GcsProbe(self.address) as probe:
@@ -140,7 +140,7 @@ class MiniCluster:
         raise TimeoutError(f"GCS at {self.address} did not answer within {timeout:.0f}s")
 
     def wait_alive(self, want: int, timeout: float, fresh_head: bool = False) -> None:
-        from raychaos.targets.local.gcs_probe import GcsProbe
+        from raychaos.targets.gcs_probe import GcsProbe
 
         deadline = time.monotonic() + timeout
         with GcsProbe(self.address) as probe:
@@ -163,7 +163,7 @@ class MiniCluster:
 
     def node_id_of(self, index: int) -> str | None:
         """Node ``index``'s node ID (hex), matched by its node-manager port."""
-        from raychaos.targets.local.gcs_probe import GcsProbe
+        from raychaos.targets.gcs_probe import GcsProbe
 
         port = self._ports(index)["node_manager"]
         with GcsProbe(self.address) as probe:

@@ -124,7 +124,7 @@ def _loop(every_s: float, once, out: Path, stop: threading.Event) -> None:
 
 def role_probe(address: str, out: Path, every_s: float, deadline_s: float) -> None:
     sys.path.insert(0, str(SRC))
-    from raychaos.targets.local.gcs_probe import GcsProbe
+    from raychaos.targets.gcs_probe import GcsProbe
 
     probe = GcsProbe(address)
     channel_id = id(probe.channel)

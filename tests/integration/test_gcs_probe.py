@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from raychaos.targets.local.gcs_probe import GcsProbe
+from raychaos.targets.gcs_probe import GcsProbe
 
 REPO = Path(__file__).resolve().parents[2]
 INTERVAL_S = 0.1

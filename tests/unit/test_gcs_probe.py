@@ -12,7 +12,7 @@ from concurrent import futures
 import grpc
 import pytest
 
-from raychaos.targets.local.gcs_probe import GcsProbe, _auth_token
+from raychaos.targets.gcs_probe import GcsProbe, _auth_token
 
 pb = pytest.importorskip("ray.core.generated.gcs_service_pb2")
 pbg = pytest.importorskip("ray.core.generated.gcs_service_pb2_grpc")

@@ -2,7 +2,8 @@
 place of the dashboard: a dashboard that does not answer in time is *late* (a busy GCS keeps
 its state; see ``observe/recovery.py``), one that refuses or says the GCS is unhealthy is down,
 and re-registration is never claimed (``reported`` None: the recovery probe says ``unknown``
-rather than "every worker re-registered")."""
+rather than "every worker re-registered") — the path taken when a user gives ``dashboard_url``;
+otherwise the GCS is asked over gRPC through the port-forward (the KubeRay catalog tests)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 from raychaos.config.settings import KubernetesSpec
 from raychaos.targets.base import NodeInfo
 from raychaos.targets.kubernetes.dashboard import Dashboard
+from raychaos.targets.kubernetes.gcs import GCS_PORT, GcsObserver, gcs_port
 from raychaos.targets.kubernetes.target import KubernetesTarget
 
 pytestmark = pytest.mark.unit
@@ -77,21 +79,36 @@ def test_the_dashboard_check_tells_late_from_down(server):
 
 
 class _Handle:
-    def __init__(self, dashboard: Dashboard) -> None:
-        self.dashboard = dashboard
+    """A RayClusterHandle with a user-given dashboard URL: the GCS is asked through it."""
+
+    def __init__(self, dashboard: Dashboard, url: str) -> None:
+        self.dashboard, self.given_url = dashboard, url
+        self.gcs = GcsObserver(self)  # type: ignore[arg-type]
+
+    def pods(self) -> list[dict[str, Any]]:
+        return []
 
     def nodes(self, timeout: float) -> list[NodeInfo]:
         return [NodeInfo(node_id="ab" * 14, name="worker-0", address="10.0.0.2",
                          state="ALIVE")]
 
 
-def test_observe_never_claims_reregistration_and_passes_late_on(server):
+def test_the_dashboard_path_never_claims_reregistration_and_passes_late_on(server):
     url, handler = server
     target = KubernetesTarget(KubernetesSpec(namespace="ray", cluster="demo"))
     assert not target.observe(0.1).up, "not connected: down, and no exception"
-    target.handle, target.api = _Handle(Dashboard(lambda: url)), object()  # type: ignore[assignment]
+    handle = _Handle(Dashboard(lambda: url), url)
+    target.handle, target.api = handle, object()  # type: ignore[assignment]
     obs = target.observe(0.5)
+    assert handle.gcs.unavailable and "dashboard_url" in handle.gcs.unavailable
     assert obs.up and obs.nodes and obs.reported is None and obs.incarnation is None
     handler.mode = "slow"
     obs = target.observe(0.2)
     assert not obs.up and obs.late
+
+
+def test_the_gcs_port_is_the_head_groups_and_kuberays_default_otherwise():
+    head = {"spec": {"headGroupSpec": {"rayStartParams": {"port": "6380"}}}}
+    assert gcs_port(head) == 6380
+    assert gcs_port({"spec": {"headGroupSpec": {"rayStartParams": {}}}}) == GCS_PORT == 6379
+    assert gcs_port({}) == GCS_PORT

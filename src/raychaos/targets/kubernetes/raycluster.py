@@ -22,6 +22,7 @@ from raychaos.targets.base import NodeInfo
 from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.dashboard import DRIVER_SHARE, Dashboard, auth_token
 from raychaos.targets.kubernetes.forward import LocalForward
+from raychaos.targets.kubernetes.gcs import GcsObserver, gcs_port
 from raychaos.targets.kubernetes.informer import PodInformer
 from raychaos.targets.kubernetes.safety import gpu_count, is_daemonset_pod
 
@@ -79,8 +80,10 @@ class RayClusterHandle:
         self.token_source = "not looked up yet"
         self._serve_rr = itertools.count()
         self.serve_proxies: list[str] = []  # pod IPs Serve reported proxies on
+        self.gcs = GcsObserver(self)  # the monitor's question, over gRPC to the head's GCS
 
     def close(self) -> None:
+        self.gcs.close()
         self.informer.stop()
         for fwd in self.forwards.values():
             fwd.close()
@@ -196,9 +199,15 @@ class RayClusterHandle:
         raise TargetUnavailable(f"kubernetes: no Running pod of RayCluster {self.ns}/"
                                 f"{self.name} to reach Serve on")
 
+    def resolve_gcs(self) -> tuple[str, int]:
+        """The head pod of now (as for the dashboard) and its GCS port."""
+        pod, _port = self.resolve_dashboard()
+        return pod, gcs_port(self.raycluster)
+
     def forward(self, kind: str) -> LocalForward:
         if kind not in self.forwards:
-            resolve = self.resolve_dashboard if kind == "dashboard" else self.resolve_serve
+            resolve = {"dashboard": self.resolve_dashboard, "gcs": self.resolve_gcs}.get(
+                kind, self.resolve_serve)
             self.forwards[kind] = LocalForward(self.api, self.ns, resolve, kind).start()
         return self.forwards[kind]
 

@@ -125,12 +125,10 @@ class KubernetesTarget:
             self._close(self.api)
             self.api = None
 
-    def ensure_up(self, say: Callable[[str], None]) -> bool:
-        """raychaos never creates a RayCluster: it must exist (checked by :meth:`connect`)."""
+    def ensure_up(self, say: Callable[[str], None]) -> bool:  # a RayCluster must exist
         return False
 
-    def down(self) -> dict[str, Any]:
-        """raychaos never deletes a user's RayCluster; nothing to do."""
+    def down(self) -> dict[str, Any]:  # raychaos never deletes a user's RayCluster
         return {}
 
     def refusals(self, fault: str, args: Mapping[str, Any]) -> list[Refusal]:
@@ -211,20 +209,11 @@ class KubernetesTarget:
         return self.handle is not None and self.handle.dashboard.gcs_alive(timeout)
 
     def observe(self, deadline_s: float = 0.1) -> Observation:
-        """The dashboard's GCS check (a timeout is ``late``, not down) and Ray's node table;
-        which raylets re-registered is not known here (``reported`` None: never a pass)."""
-        t0 = time.monotonic()
-        wait = max(deadline_s, 0.05)
-        up, why, late = (self.handle.dashboard.gcs_health(wait) if self.handle
-                         else (False, "kubernetes target: connect() was not called", False))
-        if not up:
-            return Observation(False, error=why or "the GCS did not answer", late=late,
-                               latency_s=time.monotonic() - t0)
-        try:  # within what is left of the deadline: a slow node table is unknown, not late
-            nodes = self._handle().nodes(max(wait - (time.monotonic() - t0), 0.05))
-        except Exception:  # noqa: BLE001 - the GCS answered; the node table did not in time
-            return Observation(True, latency_s=time.monotonic() - t0)
-        return Observation(True, nodes=nodes, latency_s=time.monotonic() - t0)
+        """The GCS asked over gRPC through the port-forward (node table and which raylets
+        reported to this incarnation); see :mod:`raychaos.targets.kubernetes.gcs`."""
+        if self.handle is None:
+            return Observation(False, error="kubernetes target: connect() was not called")
+        return self.handle.gcs.observe(max(deadline_s, 0.05))
 
     def head_identity(self) -> dict[str, Any]:
         head = self._handle().head_pod()

@@ -19,8 +19,8 @@ from typing import Any
 from raychaos.errors import RollbackFailed, TargetUnavailable
 from raychaos.results.store import write_json_atomic
 from raychaos.targets.base import NodeInfo, Observation
+from raychaos.targets.gcs_probe import GcsProbe
 from raychaos.targets.local.gcs import GcsAdmin
-from raychaos.targets.local.gcs_probe import GcsProbe
 from raychaos.targets.local.network.pods import PodNetwork
 from raychaos.targets.local.nodes import NodePlan, process_matches
 

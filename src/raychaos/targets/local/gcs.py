@@ -3,7 +3,7 @@ the consistency probes' reads (each node's total and available resources, the jo
 a submitted job's status as the GCS records it.
 
 Sampling (is the GCS up, what is its node table, which raylets reported to it) goes through
-:class:`~raychaos.targets.local.gcs_probe.GcsProbe`, which never blocks past its deadline. The
+:class:`~raychaos.targets.gcs_probe.GcsProbe`, which never blocks past its deadline. The
 drain API is only in Ray's own ``GcsClient`` (what autoscaler v2 and ``ray drain-node`` use): it
 is called here, from faults and probes, never from the monitor's sampling loop. Ray errors
 become raychaos errors (:mod:`.errors`).
