@@ -29,7 +29,7 @@ def _rule(group: str, resources: list[str], verbs: list[str], **extra: Any) -> R
 
 
 NAMESPACE_RULES: list[Rule] = [
-    _rule("ray.io", ["rayclusters"], ["get", "list"]),
+    _rule("ray.io", ["rayclusters"], ["get", "list", "patch"]),  # fault flags in a template
     _rule("ray.io", ["rayjobs", "rayservices"], ["get"]),     # target.kubernetes.kind
     _rule("", ["pods"], ["watch", "delete"]),                  # the informer, head kill
     _rule("", ["pods/exec"], ["create", "get"]),               # kill_head gcs|head

@@ -110,9 +110,9 @@ class Session:
         self.target = target
         run_id = f"{self.run_dir.name}-{uuid.uuid4().hex[:6]}"
         target.run_id = run_id  # objects a target creates carry the run's id as a label
-        self.lock = target.run_lock()  # one run at a time per target (released on every path)
-        self.started_cluster = target.ensure_up(self.say)
+        self.started_cluster = target.ensure_up(self.say)  # a warm restore takes the run lock
         target.connect()
+        self.lock = target.run_lock()  # one run at a time per target (released on every path)
         self.lock.acquire(run_id)
         if self.lock.taken_over:
             timeline.event(Ev.LOCK_TAKEN_OVER, "stale", holder=self.lock.taken_over)

@@ -89,11 +89,15 @@ class LocalTarget:
             lock.acquire(self.run_id or "reuse")  # TargetBusy: a live run holds it
             diffs = warm.differences(self.cluster, self.spec)
             if not diffs:
-                restored = warm.restore(self.cluster, self.jobs, self.spec)
-                if restored:
-                    say(f"restored the local cluster '{self.spec.name}': "
-                        + "; ".join(restored))
-                proof = warm.prove_clean(self.cluster, self.jobs, say=say)
+                try:
+                    restored = warm.restore(self.cluster, self.jobs, self.spec)
+                    if restored:
+                        say(f"restored the local cluster '{self.spec.name}': "
+                            + "; ".join(restored))
+                    proof = warm.prove_clean(self.cluster, self.jobs, say=say)
+                except BaseException:
+                    lock.release()  # not clean, or interrupted: no run holds the cluster
+                    raise
                 say(f"reusing local cluster '{self.spec.name}': {proof['nodes_alive']} nodes "
                     f"ALIVE with their totals, no fault or job left (proven in "
                     f"{time.monotonic() - t0:.1f}s)")
