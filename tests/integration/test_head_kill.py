@@ -33,8 +33,8 @@ def cluster(warm_cluster):
 
 def test_cluster_is_pods_with_a_gpu_worker(cluster):
     target, _ = cluster
-    nodes = target.nodes()
-    assert sorted(n.state for n in nodes) == ["ALIVE"] * 3
+    nodes = [n for n in target.nodes() if n.state == "ALIVE"]  # the shared cluster's table
+    assert len(nodes) == 3  # also lists the heads earlier modules killed, DEAD
     if target.mode == "netns":
         assert len({n.address for n in nodes}) == 3, "each node is a pod with its own address"
     gpu = [n for n in nodes if n.gpus > 0]
