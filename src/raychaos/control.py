@@ -49,6 +49,11 @@ def before_experiment_control(context: dict[str, Any], experiment: dict[str, Any
     except RaychaosError as exc:
         session.failed_to_start(exc)
         raise InterruptExecution(str(exc)) from exc
+    except Exception as exc:  # a harness bug: Chaos Toolkit would log it and run the method
+        # anyway, without loads or a sentinel — never let a run go on from a broken start
+        session.failed_to_start(exc)
+        raise InterruptExecution(f"raychaos could not start the run ({type(exc).__name__}: "
+                                 f"{exc})") from exc
 
 
 def before_hypothesis_control(context: Any, **_kwargs: Any) -> None:

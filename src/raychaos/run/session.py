@@ -136,7 +136,8 @@ class Session:
         self.watch = start_watch(exp, run)
         # what a run leaves for the next one (Serve) stays when the cluster is kept warm, or
         # when it goes down with this run anyway
-        keep_serve = bool((described.get("cluster") or {}).get("kept_warm")) or (
+        cluster = described.get("cluster")  # local: its readiness; Kubernetes: a name
+        keep_serve = bool(isinstance(cluster, dict) and cluster.get("kept_warm")) or (
             self.started_cluster and not self.keep_cluster)
         self.loads = LoadSet(exp, run, self.monitor, self.say, self.phases, keep_serve)
         self.loads.start()
