@@ -195,6 +195,13 @@ class GcsProbe:
     Thread-safe for one sampling thread plus readers of ``node_reports``/``last``.
     """
 
+    @staticmethod
+    def load_protos() -> None:
+        """Import Ray's generated GCS protos now, on the calling thread: a first import from the
+        monitor's thread while the main thread imports Ray's job client deadlocks on Python's
+        module lock for ``ray.core.generated`` (seen on the KubeRay world)."""
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc  # noqa: F401
+
     def __init__(self, address: str, *, token: str | None = None,
                  credentials: grpc.ChannelCredentials | None = None,
                  options: list[tuple[str, Any]] | None = None):

@@ -45,6 +45,12 @@ class GcsObserver:
         self.handle = handle
         self._probe: GcsProbe | None = None
         self.unavailable: str | None = None  # why the gRPC path is not used (then: dashboard)
+        try:  # on the connecting thread, before the monitor's first question (import lock)
+            from raychaos.targets.gcs_probe import GcsProbe
+
+            GcsProbe.load_protos()
+        except ImportError as exc:  # Ray's protos: the dashboard answers instead
+            self.unavailable = f"no GCS client ({exc})"
 
     def _get(self) -> GcsProbe | None:
         if self._probe is None and self.unavailable is None:
