@@ -82,121 +82,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import resource
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from _gcs_samplers import OBSERVER_EVERY_S
+from _gcs_timeline import _fmt, _rel, first_answer, log_times, max_gap, samples
+
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
-OBSERVER_EVERY_S = 0.05
-
-
-# --- the three samplers, each run as `python gcs_probe_accuracy.py --role X ADDRESS OUT` --------
-def _cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def _loop(every_s: float, once, out: Path, stop: threading.Event) -> None:
-    with out.open("a", buffering=1) as f:
-        f.write(json.dumps({"ready": time.time()}) + "\n")
-        n, cpu0, next_at = 0, _cpu_s(), time.monotonic()
-        while not stop.is_set():
-            rec = once()
-            n += 1
-            f.write(json.dumps(rec) + "\n")
-            next_at += every_s
-            now = time.monotonic()
-            if next_at < now:  # late: next sample right away, on a fresh grid
-                next_at = now
-            stop.wait(next_at - now)
-        f.write(json.dumps({"cpu_s": _cpu_s() - cpu0, "samples": n}) + "\n")
-
-
-def role_probe(address: str, out: Path, every_s: float, deadline_s: float) -> None:
-    sys.path.insert(0, str(SRC))
-    from raychaos.targets.gcs_probe import GcsProbe
-
-    probe = GcsProbe(address)
-    channel_id = id(probe.channel)
-    stop = threading.Event()
-
-    def once() -> dict[str, Any]:
-        a = probe.ask(deadline_s, reports=True)
-        return {"at": a.at, "done": a.at + a.latency_s, "up": a.up, "err": a.error,
-                "inc": a.incarnation, "cid": a.cluster_id, "reported": a.reported,
-                "views": a.views,
-                "alive": [n.node_id for n in a.alive], "channel": id(probe.channel) == channel_id}
-
-    def commands() -> None:  # "reports <after>" on stdin: dump node_reports(after)
-        for line in sys.stdin:
-            parts = line.split()
-            if parts[:1] == ["reports"]:
-                after = float(parts[1])
-                reps = {k: v.to_dict() for k, v in probe.node_reports(after=after).items()}
-                with out.open("a", buffering=1) as f:
-                    f.write(json.dumps({"reports": reps, "after": after}) + "\n")
-            elif parts[:1] == ["stop"]:
-                break
-        stop.set()
-
-    threading.Thread(target=commands, daemon=True).start()
-    _loop(every_s, once, out, stop)
-
-
-def role_old(address: str, out: Path, every_s: float, timeout_s: float) -> None:
-    from ray._raylet import GcsClient
-
-    client: list[Any] = [None]
-    stop = threading.Event()
-
-    def once() -> dict[str, Any]:
-        at = time.time()
-        try:
-            if client[0] is None:
-                client[0] = GcsClient(address=address)
-            client[0].get_all_node_info(timeout=timeout_s)
-            up, err = True, None
-        except Exception as exc:  # as LocalTarget.gcs_alive: a new client next time
-            client[0] = None
-            up, err = False, type(exc).__name__
-        return {"at": at, "done": time.time(), "up": up, "err": err}
-
-    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
-    _loop(every_s, once, out, stop)
-
-
-def role_observer(address: str, out: Path) -> None:
-    import grpc
-    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
-
-    stop = threading.Event()
-
-    def once() -> dict[str, Any]:
-        at = time.time()
-        # a fresh channel per poll: nothing it learned before can help or hurt it
-        with grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0),
-                                                     ("grpc.enable_retries", 0)]) as ch:
-            stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(ch)
-            try:
-                stub.GetAllNodeInfo(gcs_service_pb2.GetAllNodeInfoRequest(), timeout=0.25,
-                                    wait_for_ready=False)
-                up, err = True, None
-            except grpc.RpcError as exc:
-                up, err = False, exc.code().name
-        return {"at": at, "done": time.time(), "up": up, "err": err}
-
-    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
-    _loop(OBSERVER_EVERY_S, once, out, stop)
 
 
 # --- orchestration -----------------------------------------------------------------------------
@@ -206,7 +105,7 @@ class Sampler:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0",
                    PYTHONPATH=str(SRC))
-        self.proc = subprocess.Popen([sys.executable, __file__, "--role", role, address,
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "_gcs_samplers.py"), role, address,
                                       str(out), *extra], stdin=subprocess.PIPE, text=True,
                                      env=env, cwd=str(HERE))
 
@@ -241,38 +140,6 @@ class Sampler:
             except ValueError:  # the line being written right now
                 continue
         return out
-
-
-def samples(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in recs if "at" in r]
-
-
-def first_answer(recs: list[dict[str, Any]], after: float) -> float | None:
-    """When the sampler first HAD an answer after ``after`` (its completion time)."""
-    for r in samples(recs):
-        if r["at"] > after and r["up"]:
-            return r["done"]
-    return None
-
-
-def max_gap(recs: list[dict[str, Any]], start: float, end: float) -> float:
-    """Largest time between consecutive samples (completion times) in [start, end]: how long
-    the sampler had nothing new to say."""
-    times = [r["done"] for r in samples(recs) if start <= r["done"] <= end]
-    # include the span from the window edges to the first/last sample
-    marks = [start, *times, end]
-    return max(b - a for a, b in zip(marks, marks[1:], strict=False))
-
-
-def log_times(path: Path, pattern: str) -> list[float]:
-    out = []
-    rx = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
-    for line in path.read_text(errors="replace").splitlines():
-        if pattern in line:
-            m = rx.match(line)
-            if m:  # the raylet logs local time
-                out.append(datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp())
-    return out
 
 
 def wait_steady(probe_out: Sampler, want_alive: int, timeout: float = 120) -> None:
@@ -472,10 +339,6 @@ def stall_trial(cluster: Any, probe: Sampler, nodes: int, args: argparse.Namespa
     return out
 
 
-def _rel(t: float | None, t0: float) -> float | None:
-    return t - t0 if t is not None else None
-
-
 def nopersist_trial(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     """A head restarted without GCS persistence gets a new cluster ID: the probe, on the same
     channel and with no cluster-ID header, must answer for the new GCS too."""
@@ -558,21 +421,7 @@ def summarise(result: dict[str, Any]) -> None:
               f"{st['old_head_reported_after_restart']}")
 
 
-def _fmt(v: Any) -> str:
-    return f"{v:.3f}" if isinstance(v, float) else str(v)
-
-
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--role":
-        role, address, out = sys.argv[2], sys.argv[3], Path(sys.argv[4])
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us via stdin
-        if role == "probe":
-            role_probe(address, out, float(sys.argv[5]), float(sys.argv[6]))
-        elif role == "old":
-            role_old(address, out, float(sys.argv[5]), float(sys.argv[6]))
-        else:
-            role_observer(address, out)
-        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--interval", type=float, default=0.1)
