@@ -187,7 +187,9 @@ class MiniCluster:
         """The rest of the head (a container restart takes the whole pod): its tree."""
         head = self.procs.get("head")
         if head is not None:
-            _kill_tree(head.pid)
+            from raychaos.targets.local.nodes import kill_tree
+
+            kill_tree(head.pid)
             try:
                 head.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -222,9 +224,11 @@ class MiniCluster:
                       key=lambda p: p.stat().st_mtime)
 
     def down(self) -> dict[str, Any]:
+        from raychaos.targets.local.nodes import kill_tree  # the target's own: group + tree
+
         hit: list[int] = []
         for proc in self.procs.values():
-            hit += _kill_tree(proc.pid)
+            hit += kill_tree(proc.pid)
         left = _wait_gone(hit, 15)
         for proc in self.procs.values():
             try:
@@ -235,26 +239,6 @@ class MiniCluster:
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _kill_tree(pid: int, sig: int = signal.SIGKILL) -> list[int]:
-    hit: list[int] = []
-    try:
-        descendants = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        descendants = []
-    try:
-        os.killpg(pid, sig)  # start_new_session: the node's PID is its process group
-        hit.append(pid)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for child in descendants:
-        try:
-            child.send_signal(sig)
-            hit.append(child.pid)
-        except psutil.Error:
-            pass
-    return hit
 
 
 def _wait_gone(pids: list[int], timeout: float) -> list[int]:
