@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from raychaos.cli import main
-from raychaos.errors import ConfigError
+from raychaos.errors import ConfigError, FaultFailed
+from raychaos.targets.kubernetes import rayfaults
 from tests.k8s.conftest import mutations
 from tests.k8s.world import resources as R
 from tests.k8s.world.chaosmesh import NETWORKCHAOS_CRD
@@ -85,24 +86,33 @@ def test_head_is_the_head_pod_and_another_ray_version_is_refused(sim, target):
 
 @pytest.mark.parametrize("chaos_mesh", [False, True])
 def test_a_blackout_cut_is_a_partition_or_a_daemonset_and_restore_deletes_it(sim, make_target,
-                                                                            chaos_mesh):
+                                                                            chaos_mesh,
+                                                                            monkeypatch):
     if chaos_mesh:
         sim.api.create(R.BUILTIN["customresourcedefinitions"], "",
                        json.loads(json.dumps(NETWORKCHAOS_CRD)))
     target = make_target()
     [victim] = [p["metadata"]["name"] for p in _group_pods(sim, "gpu")]
     record: dict = {}
-    ev = target.cut_network(nodes=["worker-1"], record=record)
     resource = "networkchaos" if chaos_mesh else "daemonsets"
-    [obj] = sim.store.list(resource, "ray")
-    assert ev["pods"] == [victim]
     if chaos_mesh:
+        ev = target.cut_network(nodes=["worker-1"], record=record)
+        [obj] = sim.store.list(resource, "ray")
+        assert ev["pods"] == [victim]
         assert ev["via"] == "chaos-mesh partition" and obj["spec"]["action"] == "partition"
         assert obj["spec"]["selector"]["pods"] == {"ray": [victim]}
         assert "target" not in obj["spec"], "all the pod's traffic, as the local blackout"
     else:
+        # the simulated kubelet runs nothing: its DaemonSet pod goes Running but never reports
+        # DROP rules in place, and a cut nobody saw land is a failure (on real pods:
+        # test_world_ray's blackout), never "landed" because the API accepted the DaemonSet
+        monkeypatch.setattr(rayfaults, "LANDED_WAIT_S", 2.0)
+        with pytest.raises(FaultFailed, match=r"blackout: the cut did not land on .*no report"):
+            target.cut_network(nodes=["worker-1"], record=record)
+        [obj] = sim.store.list(resource, "ray")
         container = obj["spec"]["template"]["spec"]["containers"][0]
         assert "iptables" in container["command"][2] and container["env"][0]["value"]
+        assert obj["metadata"]["name"] in json.dumps(record["undo"]), "recorded for the undo"
     assert target.restore_network(record)["deleted"] == [obj["metadata"]["name"]]
     assert _until(lambda: sim.store.list(resource, "ray") == [])
     assert target.undo(record)["deleted"] == []

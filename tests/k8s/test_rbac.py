@@ -44,6 +44,11 @@ def tour(w, make_target, monkeypatch) -> None:  # noqa: ANN001
     rc = w.store.get("rayclusters", "ray", "demo")
     rc["spec"]["authOptions"] = {"mode": "token"}  # the token is read from its Secret
     w.api.update(w.api.resolve("ray.io", "v1", "rayclusters"), "ray", "demo", rc)
+    import time
+    deadline = time.monotonic() + 60  # the operator makes the Secret on its next reconcile,
+    while w.store.get("secrets", "ray", "demo") is None:  # late on a loaded machine
+        assert time.monotonic() < deadline, "the world's KubeRay never made the token Secret"
+        time.sleep(0.1)
     monkeypatch.setattr(registry, "LANDED_WAIT_S", 0.5)
     monkeypatch.setattr(registry, "CLEAN_WAIT_S", 0.5)
     monkeypatch.setattr(network, "INJECTED_WAIT_S", 0.3)
@@ -59,7 +64,6 @@ def tour(w, make_target, monkeypatch) -> None:  # noqa: ANN001
     with pytest.raises(TargetBusy):  # read back to name the holder
         t.run_lock().acquire("run1")
     dead._stop.set()
-    import time
     time.sleep(1.2)
     lock = t.run_lock()
     lock.acquire("run1")  # the dead run's Lease, taken over (patched)

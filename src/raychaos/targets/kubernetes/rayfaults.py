@@ -13,7 +13,9 @@ Why these mechanics:
 - **Blackouts**: a Chaos Mesh ``NetworkChaos`` partition of the pods (no ``target``: all
   their traffic, as the local blackout drops) when its CRD is installed, otherwise a privileged
   ``hostNetwork`` DaemonSet on the pods' nodes that drops their traffic with iptables (FORWARD)
-  until it is deleted. Restoring deletes what the cut created (404: already gone).
+  until it is deleted; the cut has landed when every node's pod reported its DROP rules in place
+  (a ``RAYCHAOS_BLACKOUT`` line in its log; a node without iptables reports the error). Restoring
+  deletes what the cut created (404: already gone).
 
 Pods are named as everywhere on this target (a pod name, ``head``, ``worker-N``) and read from
 the handle's informer (no list request per question). Every mutating call goes through the
@@ -43,8 +45,18 @@ from raychaos.targets.base import NodeInfo
 from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.network import CHAOS_MESH, chaos_mesh_installed, delete_created
 from raychaos.targets.kubernetes.raycluster import RayClusterHandle, pod_ready
-from raychaos.targets.kubernetes.registry import TOOL_IMAGE, _node_affinity
-from raychaos.targets.kubernetes.safety import refuse_protected, run_labels
+from raychaos.targets.kubernetes.registry import (
+    LANDED_WAIT_S,
+    TOOL_IMAGE,
+    _node_affinity,
+    wait_reports,
+)
+from raychaos.targets.kubernetes.safety import (
+    label_value,
+    object_name,
+    refuse_protected,
+    run_labels,
+)
 from raychaos.targets.kubernetes.streams import exec_in
 
 if TYPE_CHECKING:
@@ -61,11 +73,19 @@ RESTART_NOTE = ("the pods restart: deleted, and recreated by KubeRay from the pa
                 "template; other pods of the same groups carry the variable too if they are "
                 "recreated before the undo")
 
-BLACKOUT_SCRIPT = """set -eu
-rules() { for ip in $POD_IPS; do iptables -$1 FORWARD -s "$ip" -j DROP; \\
-  iptables -$1 FORWARD -d "$ip" -j DROP; done; }
-trap 'rules D 2>/dev/null || true; exit 0' TERM INT
-rules I; echo "dropping $POD_IPS"; sleep infinity & wait
+BLACKOUT_REPORT = "RAYCHAOS_BLACKOUT "
+# one report line per node: the rules in place or the error (a node without iptables, a rule
+# refused); "landed" is that report from every node, never the API accepting the DaemonSet
+BLACKOUT_SCRIPT = """err=""
+rules() { for ip in $POD_IPS; do iptables -$1 FORWARD -s "$ip" -j DROP && \\
+  iptables -$1 FORWARD -d "$ip" -j DROP || return 1; done; }
+trap 'rules D 2>/dev/null; exit 0' TERM INT
+rules I 2>/tmp/blackout.err || err="iptables: $(cat /tmp/blackout.err)"
+[ -z "$err" ] || rules D 2>/dev/null
+n=$(iptables -S FORWARD 2>/dev/null | grep -c -- '-j DROP')
+echo "RAYCHAOS_BLACKOUT {\\"node\\": \\"$NODE\\", \\"ips\\": \\"$POD_IPS\\", \\
+\\"rules\\": ${n:-0}, \\"error\\": \\"$(printf '%s' "$err" | tr '\\n"' "; ")\\"}"
+sleep 2147483647 & wait
 """
 
 
@@ -234,7 +254,7 @@ def _cut_network(handle: RayClusterHandle, run_id: str, record: dict[str, Any], 
     names = [p["metadata"]["name"] for p in pods]
     undo = record.get("undo") or {"kind": "blackout", "objects": []}
     n = len(undo["objects"]) + 1
-    name = f"raychaos-blackout-{run_id}-{n}"[:63]
+    name = object_name("raychaos-blackout", run_id, str(n))
     labels = run_labels(run_id, **{"raychaos.io/fault": "blackout"})
     cut_at = time.time()
     if chaos_mesh_installed(api):
@@ -255,7 +275,7 @@ def _cut_network(handle: RayClusterHandle, run_id: str, record: dict[str, Any], 
         hosts = sorted({p["spec"].get("nodeName") for p in pods if p["spec"].get("nodeName")})
         body = {"apiVersion": "apps/v1", "kind": "DaemonSet",
                 "metadata": {"name": name, "namespace": ns, "labels": labels},
-                "spec": {"selector": {"matchLabels": {"raychaos.io/run-id": run_id,
+                "spec": {"selector": {"matchLabels": {"raychaos.io/run-id": label_value(run_id),
                                                       "raychaos.io/fault": "blackout"}},
                          "template": {"metadata": {"labels": labels}, "spec": {
                              "hostNetwork": True, "affinity": _node_affinity(hosts),
@@ -264,7 +284,10 @@ def _cut_network(handle: RayClusterHandle, run_id: str, record: dict[str, Any], 
                              "containers": [{"name": "drop", "image": TOOL_IMAGE,
                                              "command": ["sh", "-c", BLACKOUT_SCRIPT],
                                              "env": [{"name": "POD_IPS",
-                                                      "value": " ".join(i for i in ips if i)}],
+                                                      "value": " ".join(i for i in ips if i)},
+                                                     {"name": "NODE", "valueFrom": {
+                                                         "fieldRef": {
+                                                             "fieldPath": "spec.nodeName"}}}],
                                              "securityContext": {"privileged": True}}]}}}}
         undo["objects"].append({"api": "daemonset", "namespace": ns, "name": name})
         record["undo"] = undo
@@ -272,8 +295,20 @@ def _cut_network(handle: RayClusterHandle, run_id: str, record: dict[str, Any], 
         api.write("POST", f"/apis/apps/v1/namespaces/{ns}/daemonsets",
                   api.apps.create_namespaced_daemon_set, ns, body=body)
         via = "iptables daemonset"
+        if not api.gate.dry_run:
+            reports = wait_reports(api, ns, f"raychaos.io/run-id={label_value(run_id)},"
+                                   "raychaos.io/fault=blackout", hosts, BLACKOUT_REPORT,
+                                   LANDED_WAIT_S)
+            bad = {h: r.get("error") or ("no report" if not r else "no DROP rule in place")
+                   for h, r in reports.items() if not r or r.get("error") or not r.get("rules")}
+            if bad:
+                raise FaultFailed("blackout: the cut did not land on " + "; ".join(
+                    f"{h}: {why}" for h, why in sorted(bad.items())))
+            cut_at = time.time()  # every node's rules are in place by now (reports read)
+            return {"nodes": list(nodes), "pods": names, "via": via, "object": f"{ns}/{name}",
+                    "cut_at": cut_at, "dry_run": False, "landed": True, "reports": reports}
     return {"nodes": list(nodes), "pods": names, "via": via, "object": f"{ns}/{name}",
-            "cut_at": cut_at, "dry_run": api.gate.dry_run, "landed": True}
+            "cut_at": cut_at, "dry_run": api.gate.dry_run, "landed": not api.gate.dry_run}
 
 
 def _restore_network(api: ApiSession, record: dict[str, Any]) -> dict[str, Any]:

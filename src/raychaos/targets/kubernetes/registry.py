@@ -29,7 +29,7 @@ from raychaos.targets.kubernetes.informer import watch_until
 from raychaos.targets.kubernetes.safety import label_value, object_name, run_labels
 
 __all__ = ["CLEAN_SCRIPT", "THROTTLE_SCRIPT", "TOOL_IMAGE", "clean_nodes", "registry_hosts",
-           "report_of", "restart_pods", "throttle_registry_pulls"]
+           "report_of", "restart_pods", "throttle_registry_pulls", "wait_reports"]
 
 TOOL_IMAGE = "ghcr.io/nicolaka/netshoot:v0.13"
 REPORT, CLEANED = "RAYCHAOS_THROTTLE ", "RAYCHAOS_THROTTLE_CLEAN "
@@ -148,7 +148,7 @@ def throttle_registry_pulls(api: ApiSession, ns: str, run_id: str, record: dict[
                                 "registry_hosts": list(hosts), "dry_run": api.gate.dry_run}
     if api.gate.dry_run:
         return evidence
-    reports = _wait_reports(api, ns, f"raychaos.io/run-id={label_value(run_id)},raychaos.io/fault="
+    reports = wait_reports(api, ns, f"raychaos.io/run-id={label_value(run_id)},raychaos.io/fault="
                             f"throttle-registry-pulls", nodes, REPORT, LANDED_WAIT_S)
     evidence["reports"] = reports
     bad = {n: r.get("error") or ("no report" if not r else "no filter in place")
@@ -178,7 +178,7 @@ def restart_pods(api: ApiSession, ns: str, cluster: str, pods: list[dict[str, An
     return {"pods": [p["metadata"]["name"] for p in pods], **back}
 
 
-def _wait_reports(api: ApiSession, ns: str, selector: str, nodes: list[str], marker: str,
+def wait_reports(api: ApiSession, ns: str, selector: str, nodes: list[str], marker: str,
                   timeout: float) -> dict[str, dict[str, Any]]:
     """Per node, the report of the (Running or finished) pod there; {} for a node without."""
     reports: dict[str, dict[str, Any]] = {}
@@ -226,7 +226,7 @@ def clean_nodes(api: ApiSession, ns: str, undo: dict[str, Any]) -> dict[str, Any
                       "terminationGracePeriodSeconds": 0,
                       "containers": [_container(CLEAN_SCRIPT, undo.get("image", TOOL_IMAGE),
                                                 {})]}})
-    reports = _wait_reports(api, ns, f"raychaos.io/run-id={label_value(run_id)},raychaos.io/fault="
+    reports = wait_reports(api, ns, f"raychaos.io/run-id={label_value(run_id)},raychaos.io/fault="
                             f"throttle-cleanup", nodes, CLEANED, CLEAN_WAIT_S)
     for name in names.values():
         api.delete_quietly(f"/api/v1/namespaces/{ns}/pods/{name}",
