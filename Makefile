@@ -24,8 +24,10 @@ sysdeps:
 demo: setup
 	$(VENV)/bin/raychaos run $(EXPERIMENT) --down
 
+# PYTHONFAULTHANDLER: a process that dies of a signal (this one at exit, or a `raychaos run` a
+# test started) prints every thread's Python stack, so a crash in CI says where it was
 test: setup lint
-	$(PY) -m pytest
+	PYTHONFAULTHANDLER=1 $(PY) -m pytest
 
 # The gates .ci/run passes before any test runs (also: `make lint` alone).
 lint: setup

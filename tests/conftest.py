@@ -71,3 +71,46 @@ def pytest_configure(config):
 
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         signal.signal(signal.SIGTERM, _interrupt)
+
+
+_FIRST: list = []  # the outermost pytest run's config (pytester runs pytest inside pytest)
+_STATUS = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    if not _FIRST:
+        _FIRST.append(config)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    session.config.stash[_STATUS] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """The test process ends with pytest's own status, without the interpreter's finalization.
+
+    Tests leave native threads behind (gRPC channels' pollers, Ray's C++ clients, Kubernetes
+    watches of worlds already stopped): finalizing the interpreter under them can abort it
+    (SIGABRT after the summary, so CI fails on a run whose tests all passed). The exit handlers
+    still run. The threads still alive are listed, so a leak stays visible. ``raychaos`` ends
+    the same way (``raychaos.cli.entry``)."""
+    if not _FIRST or config is not _FIRST[0] or _STATUS not in config.stash:
+        return
+    import atexit
+    import os
+    import sys
+
+    left = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
+    if left:
+        print(f"\nthreads still running when the tests ended ({len(left)}): "
+              + ", ".join(left[:30]), file=sys.stderr)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(config.stash[_STATUS])

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -408,5 +409,31 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def entry() -> None:
+    """The ``raychaos`` command: :func:`main`, then the exit handlers, then the process ends
+    without the interpreter's finalization. A run leaves native threads behind (gRPC's, the
+    Kubernetes client's, Ray's): finalizing the interpreter under them can abort the process
+    (SIGABRT: a daemon thread returning from C++ into a finalizing interpreter, or gRPC's
+    shutdown racing exit), which a pipeline reads as exit 134 after a verdict already printed.
+    Nothing of a run depends on finalization: faults are undone, the lock released and the
+    results written before ``main`` returns; ``atexit`` handlers (logging, a Locust runner's
+    safety stop) still run."""
+    import atexit
+
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse: --help, a usage error
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        if not isinstance(exc.code, int | None):
+            print(exc.code, file=sys.stderr)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
