@@ -92,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="work as a CPU spin, or asleep (GPU work leaves the CPU free)")
     parser.add_argument("--selector", default="", help='node labels, JSON: {"k": "v"}')
     parser.add_argument("--name", default="gpu_inference", help="load name in the stats lines")
+    parser.add_argument("--warm-up-s", type=float, default=0.5,
+                        help="first, one unmeasured wave of --in-flight tasks this long each, so "
+                             "Ray starts every worker that fits before the first stats line "
+                             "(0: none; worker start-up is not fragmentation)")
     args = parser.parse_args(argv)
 
     if not ray.is_initialized():
@@ -99,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     stats = GpuSecondStats(args.name)
     place = {"label_selector": json.loads(args.selector)} if args.selector else {}
     task = infer.options(num_gpus=args.gpu_fraction, num_cpus=0, **place)
+    if args.warm_up_s > 0:  # start the workers: a wave that needs all that fit at once
+        warm = [task.remote(time.time(), 0.0, args.warm_up_s, False)
+                for _ in range(args.in_flight)]
+        ray.wait(warm, num_returns=len(warm), timeout=min(120.0, args.duration))
     pending: dict[ray.ObjectRef, float] = {}
     start = time.monotonic()
     next_sample = 0.0
