@@ -21,7 +21,15 @@ import pytest
 
 from raychaos.run.runner import run_experiment_file
 
-from ._experiments import REPO, WARM, method_args, module_cluster, raychaos_block, variant
+from ._experiments import (
+    REPO,
+    WARM,
+    method_args,
+    module_cluster,
+    raychaos_block,
+    variant,
+    xfail_if_head_crash_looped,
+)
 
 NAME = WARM
 CATALOG = ["gpu-node-drain", "registry-throttle", "network-saturation", "head-kill-slow-registry",
@@ -55,6 +63,9 @@ def test_catalog_experiment(name, cluster, tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     target, _ = cluster
     code, summary = _run(name, cluster, tmp_path)
+    if code != 0:
+        [run_dir] = list((tmp_path / "results").iterdir())
+        xfail_if_head_crash_looped(run_dir)
     assert code == 0, json.dumps({k: summary[k] for k in ("slos", "probes", "errors")},
                                  indent=1)[:5000]
     assert summary["faults"], "a fault was applied"

@@ -48,6 +48,25 @@ def test_a_fraction_that_does_not_pack_strands_the_rest_of_each_card():
     assert rec["gpus_total"] == 4 and rec["gpus_free"] == 0.8
 
 
+def test_free_capacity_the_pending_request_fits_is_lag_not_stranding():
+    """A half-GPU task just finished and its successor is not placed yet (or the load's workers
+    are still starting): 0.5 free beside 0.5 pending fits, so nothing is stranded; the same
+    snapshot for 0.6-GPU tasks strands the 0.4 left on each card."""
+    nodes = [_node("n1", 2, "worker-1")]
+    lag = [_task("01", "RUNNING", 0.5, "n1") for _ in range(3)] + [
+        _task("01", "PENDING_NODE_ASSIGNMENT", 0.5, selector={"raychaos.io/node": "worker-1"})]
+    rec = stranding(nodes, lag, [], {"01": "half"})["loads"]["half"]
+    assert rec["free"] == 0.5 and rec["stranded"] == 0 and not rec["fragmented"]
+    starting = [_task("01", "PENDING_NODE_ASSIGNMENT", 0.5,
+                      selector={"raychaos.io/node": "worker-1"}) for _ in range(6)]
+    rec = stranding(nodes, starting, [], {"01": "half"})["loads"]["half"]
+    assert rec["free"] == 2.0 and rec["stranded"] == 0 and not rec["fragmented"]
+    one = [_task("02", "RUNNING", 0.6, "n1"), _task(
+        "02", "PENDING_NODE_ASSIGNMENT", 0.6, selector={"raychaos.io/node": "worker-1"})]
+    rec = stranding(nodes, one, [], {"02": "sixty"})["loads"]["sixty"]
+    assert rec["free"] == 1.4 and rec["stranded"] == pytest.approx(0.8) and rec["fragmented"]
+
+
 def test_a_gpu_task_waiting_on_its_input_holds_its_gpu_idle():
     nodes = [_node("n1", 1, "worker-1")]
     tasks = [_task("01", "RUNNING_IN_RAY_GET", 0.25, "n1"), _task("01", "RUNNING", 0.25, "n1")]

@@ -8,8 +8,9 @@ Ray schedules GPUs as logical numbers; nothing reads the kernel. Two ways capaci
   blocked task as plain ``RUNNING``), a GPU actor with no method running is idle, and the
   loads' own tasks report it (``gpu_stranded_frac`` in their stats lines);
 - **free but unusable**: GPU demand is pending (``PENDING_NODE_ASSIGNMENT``) while capacity is
-  free on the nodes it may use — the free pieces are too small for the request (``num_gpus=0.6``
-  tasks on 1-GPU cards leave 0.4 of every card that nothing of theirs fits into).
+  free on the nodes it may use and the free pieces are too small for the request (``num_gpus=0.6``
+  tasks on 1-GPU cards leave 0.4 of every card that nothing of theirs fits into). Free pieces
+  big enough for the pending request are the scheduler's lag, not stranding (``_too_small``).
 
 :class:`GpuSampler` reads the task and actor tables (the state API, through the dashboard every
 target has, nodes included: one consistent snapshot) once a second and writes ``kind: "gpu"``
@@ -53,6 +54,25 @@ def _eligible(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
         elif have != want:
             return False
     return True
+
+
+def _too_small(free: float, total: float, allocated: float, request: float | None) -> float:
+    """Of a node's ``free`` GPUs, the part a pending ``request`` cannot use: its pieces are
+    too small. A fractional request must fit on one card (``num_gpus=0.6``: one per card, 0.4
+    of each left over); the node's cards are taken to hold ``allocated`` in pieces of the
+    request's size (exact when one load's tasks share a node, as they do). Free capacity big
+    enough for the request while it pends is the scheduler's lag (a task finished, the next
+    not yet placed, a worker still starting), not stranded capacity."""
+    if not request or free <= 1e-6:
+        return 0.0
+    if request >= 1:
+        slots = math.floor(free / request + 1e-6)  # whole cards, any of the free ones
+    else:
+        per_card = math.floor(1 / request + 1e-6)
+        held = round(allocated / request)
+        slots = min(math.floor(free / request + 1e-6),
+                    max(0, int(total) * per_card - held))
+    return max(0.0, free - slots * request)
 
 
 def stranding(nodes: list[dict[str, Any]], tasks: list[dict[str, Any]],
@@ -107,7 +127,8 @@ def stranding(nodes: list[dict[str, Any]], tasks: list[dict[str, Any]],
     for name, e in loads.items():
         nodes_of = e.pop("nodes")
         free_there = sum(free[n] for n in nodes_of)
-        unusable = free_there if e["pending"] else 0.0
+        unusable = (sum(_too_small(free[n], total[n], total[n] - free[n], e["min_request"])
+                        for n in nodes_of) if e["pending"] else 0.0)
         out_loads[name] = {**{k: round(v, 4) if isinstance(v, float) else v
                               for k, v in e.items()},
                            "capacity": round(sum(total[n] for n in nodes_of), 4),
