@@ -131,3 +131,17 @@ def test_a_load_writes_a_zero_line_for_every_second_of_a_long_stall(monkeypatch)
     assert len(lines) == 90 and lines[0]["count"] == 1
     assert all(x["count"] == 0 for x in lines[1:]), "one zero line per stalled second"
     assert [x["ts"] for x in lines] == [1_000_001.0 + i for i in range(90)]
+
+
+def test_one_burst_second_in_the_baseline_does_not_set_the_pace():
+    """Seen in CI: the storm's first full second counted 160 (tasks queued while its workers
+    started, completing together), then 100 a second throughout, a drain that never dented
+    it — and the run failed "never came back to 90 % of baseline" (a 5-second baseline: mean
+    112). Here an 18-second baseline with one second of 400 has the same mean (117); the pace
+    is the median second, 100; the mean is still the baseline's throughput."""
+    recs = timeline(stall=(0, 0), stop_at=50.0)
+    first = next(r for r in recs if r.get("kind") == "load" and r["t"] == 2.0)
+    first["count"] = 400
+    report = load_report(recs, windows(recs))["storm"]
+    assert report["baseline"]["throughput"] > 100 / 0.9
+    assert report["run"]["time_back_s"] == 0.0

@@ -121,6 +121,19 @@ def time_back(rows: list[dict[str, Any]], chaos_end: float, baseline: float | No
     return None
 
 
+def baseline_pace(rows: list[dict[str, Any]], window: Window) -> float | None:
+    """The load's normal pace: the median of its per-second counts over ``window`` (the
+    baseline), zero lines included. What "back at baseline" compares against — a mean let one
+    burst second (the tasks queued while the workers started, completing together: 160 in a
+    100/s storm) set a pace the load never held, and a storm that never dipped was judged
+    "never came back"."""
+    counts = sorted(int(r.get("count", 0)) for r in window_rows(rows, window))
+    if not counts:
+        return None
+    mid = len(counts) // 2
+    return float(counts[mid]) if len(counts) % 2 else (counts[mid - 1] + counts[mid]) / 2
+
+
 def _dip(stats: dict[str, Any], baseline: float | None) -> float | None:
     tp = stats["throughput"]
     if not baseline or tp is None:
@@ -140,8 +153,9 @@ def load_report(records: list[dict[str, Any]], wins: dict[str, Window]
         for w, stats in per.items():
             if w != "baseline" and "chaos" in wins:
                 stats["dip"] = _dip(stats, base)
-            if w in ("recovery", "run") and "chaos" in wins:
-                stats["time_back_s"] = time_back(rows, wins["chaos"][1], base)
+            if w in ("recovery", "run") and "chaos" in wins and "baseline" in wins:
+                stats["time_back_s"] = time_back(rows, wins["chaos"][1],
+                                                 baseline_pace(rows, wins["baseline"]))
         out[name] = per
     return out
 

@@ -25,7 +25,14 @@ from typing import Any
 from raychaos.catalog import stats_format
 from raychaos.config.metrics import METRICS, probe_of
 from raychaos.config.settings import SloProfile, SloSpec
-from raychaos.observe.loadstats import aggregate, load_end, load_names, series, time_back
+from raychaos.observe.loadstats import (
+    aggregate,
+    baseline_pace,
+    load_end,
+    load_names,
+    series,
+    time_back,
+)
 from raychaos.observe.resources import RESOURCE_METRICS, resource_metric
 from raychaos.observe.signals import MONITOR_METRICS, monitor_metric
 from raychaos.observe.windows import windows
@@ -131,10 +138,10 @@ def _time_back(slo: SloSpec, records: list[dict[str, Any]], wins: Wins, who: str
     backs = {}
     for name in [slo.load] if slo.load else load_names(records):
         rows = series(records, name, end)
-        base, _ = aggregate(records, wins, "baseline", name)
-        if not base["throughput"]:
+        pace = baseline_pace(rows, wins["baseline"]) if "baseline" in wins else None
+        if not pace:
             return None, "error", {"note": f"not measured: no baseline throughput of {name}"}
-        backs[name] = time_back(rows, wins["chaos"][1], base["throughput"])
+        backs[name] = time_back(rows, wins["chaos"][1], pace)
     evidence = {"window": "after chaos", "per_load": backs}
     if any(v is None for v in backs.values()):
         return None, "fail", {**evidence, "note": f"{who} never came back to 90 % of "

@@ -6,7 +6,8 @@ may be too short when they are not; so the window ends as soon as
 
 - every load with a baseline is back at it — the same definition the ``throughput_recovery_s``
   metric and the loads' ``time_back_s`` use (:func:`raychaos.observe.loadstats.time_back`: a
-  3-second mean of at least 90 % of the baseline throughput after the end of chaos), and
+  3-second mean of at least 90 % of the baseline pace — the median second — after the end of
+  chaos), and
 - the monitor's last sample sees the GCS answering and as many nodes alive as before the fault,
 
 or when ``monitor.recovery_window_s`` (now the bound) has passed since it started waiting. A run
@@ -21,14 +22,7 @@ import time
 from typing import Any
 
 from raychaos.context import Run
-from raychaos.observe.loadstats import (
-    load_end,
-    load_names,
-    series,
-    time_back,
-    window_rows,
-    window_stats,
-)
+from raychaos.observe.loadstats import baseline_pace, load_end, load_names, series, time_back
 from raychaos.observe.windows import windows
 from raychaos.results.store import Ev, read_timeline
 
@@ -45,7 +39,7 @@ def back_at_baseline(records: list[dict[str, Any]]) -> tuple[bool, dict[str, Any
     end = load_end(records)
     for name in load_names(records):
         rows = series(records, name, end)
-        base = window_stats(window_rows(rows, wins["baseline"]))["throughput"]
+        base = baseline_pace(rows, wins["baseline"])
         if not base:
             detail[name] = "no baseline"
             continue
