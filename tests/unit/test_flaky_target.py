@@ -124,11 +124,37 @@ def test_monitor_records_down_and_unknown_and_keeps_sampling(dashboard, tmp_path
     monitor = Monitor(FlakyTarget(dashboard.url), timeline, clock, interval_s=0.05,
                       jobs=lambda: {"storm": "job-1"})
     monitor.job_every_s = 0.1
+    path = tmp_path / "timeline.jsonl"
+
+    def seen(what, since: float, timeout: float = 20.0) -> bool:
+        """Until a record after ``since`` (run clock) satisfies ``what``: each phase lasts
+        until the monitor saw it, not a fixed time a loaded machine may not give it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if any(what(r) for r in read_timeline(path) if r.get("t", -1) >= since):
+                    return True
+            except ValueError:  # a line being written
+                pass
+            time.sleep(0.02)
+        return False
+
+    def sample(up: bool):
+        return lambda r: r["kind"] == "sample" and r["gcs_up"] is up
+
+    def unknown(r) -> bool:
+        return r["kind"] == "jobs" and "UNKNOWN" in r["jobs"].values()
+
     monitor.start()
     try:
-        for mode, seconds in (("ok", 0.25), ("5xx", 0.5), ("hang", 0.4), ("ok", 0.3)):
-            dashboard.mode = mode
-            time.sleep(seconds)
+        for mode, wanted in (("ok", [sample(True)]), ("5xx", [sample(False), unknown]),
+                             ("hang", []), ("ok", [sample(True)])):
+            dashboard.mode, since = mode, clock.t()
+            for what in wanted:
+                assert seen(what, since), f"the monitor never recorded {mode}"
+            if not wanted:
+                time.sleep(0.4)
+        time.sleep(0.2)  # a few more answered samples: a late one from the hang is behind us
     finally:
         monitor.stop()
         timeline.close()
