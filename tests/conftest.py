@@ -99,18 +99,12 @@ def pytest_unconfigure(config):
     the same way (``raychaos.cli.entry``)."""
     if not _FIRST or config is not _FIRST[0] or _STATUS not in config.stash:
         return
-    import atexit
-    import os
     import sys
+
+    from raychaos.cli import exit_now
 
     left = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
     if left:
         print(f"\nthreads still running when the tests ended ({len(left)}): "
               + ", ".join(left[:30]), file=sys.stderr)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(config.stash[_STATUS])
+    exit_now(config.stash[_STATUS])

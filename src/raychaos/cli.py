@@ -418,14 +418,20 @@ def entry() -> None:
     Nothing of a run depends on finalization: faults are undone, the lock released and the
     results written before ``main`` returns; ``atexit`` handlers (logging, a Locust runner's
     safety stop) still run."""
-    import atexit
-
     try:
         code = main()
     except SystemExit as exc:  # argparse: --help, a usage error
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
         if not isinstance(exc.code, int | None):
             print(exc.code, file=sys.stderr)
+    exit_now(code)
+
+
+def exit_now(code: int) -> None:
+    """Run the ``atexit`` handlers, flush stdout and stderr, and end the process with ``code``
+    without the interpreter's finalization (see :func:`entry`; the test process ends so too)."""
+    import atexit
+
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
