@@ -75,6 +75,20 @@ def pytest_configure(config):
 
 _FIRST: list = []  # the outermost pytest run's config (pytester runs pytest inside pytest)
 _STATUS = pytest.StashKey[int]()
+_FAILED: list[str] = []  # "nodeid: why", a line per failed test of the outermost run
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report):
+    """Remember why each test failed, in one line, for the digest printed last (CI shows the
+    end of the output: the reason of every failure must be there, not only the last one's)."""
+    if not report.failed or not _FIRST:
+        return
+    crash = getattr(report.longrepr, "reprcrash", None)
+    why = crash.message if crash is not None else str(report.longrepr)
+    why = " ".join(why.split())
+    when = "" if report.when == "call" else f" ({report.when})"
+    _FAILED.append(f"{report.nodeid}{when}: {why[:400]}")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -99,12 +113,19 @@ def pytest_unconfigure(config):
     the same way (``raychaos.cli.entry``)."""
     if not _FIRST or config is not _FIRST[0] or _STATUS not in config.stash:
         return
+    import collections
+    import re
     import sys
 
     from raychaos.cli import exit_now
 
-    left = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
+    left = collections.Counter(re.sub(r"^Thread-\d+ ", "", t.name)
+                               for t in threading.enumerate() if t is not threading.main_thread())
     if left:
-        print(f"\nthreads still running when the tests ended ({len(left)}): "
-              + ", ".join(left[:30]), file=sys.stderr)
+        print(f"\nthreads still running when the tests ended ({sum(left.values())}): "
+              + ", ".join(f"{name} x{n}" for name, n in left.most_common(12)), file=sys.stderr)
+    if _FAILED:
+        print(f"\nwhy each test failed ({len(_FAILED)}):", file=sys.stderr)
+        for line in _FAILED:
+            print(f"  {line}", file=sys.stderr)
     exit_now(config.stash[_STATUS])

@@ -93,3 +93,52 @@ def xfail_if_head_crash_looped(run_dir: Path) -> None:
         pytest.xfail(f"the restarted head crash-looped on this box: it exited {len(exits)} "
                      f"times after the kill, at t={[round(r['t'], 1) for r in exits]} "
                      "(the run's fail is right; no recovery to check)")
+
+
+def why_failed(code: int, summary: dict[str, Any]) -> str:
+    """One line saying why a run did not pass: its exit code, each failed (or unmeasured) SLO
+    with value and bound, each probe that did not pass, the errors. First in an assertion's
+    message, so pytest's one-line summary (and CI's digest of failures) carries the reason."""
+    parts = [f"exit {code}, verdict {summary.get('verdict')}"]
+    for s in summary.get("slos") or []:
+        if s.get("verdict") != "pass":
+            parts.append(f"SLO {s.get('name')} {s.get('verdict')}: {s.get('metric')} "
+                         f"{s.get('value')} (bound {s.get('op')} {s.get('threshold')})")
+    for p in summary.get("probes") or []:
+        if p.get("verdict") != "pass":
+            ev = p.get("evidence") or {}
+            brief = {k: ev[k] for k in ("gcs_recovery_s", "nodes_recovery_s", "workers_lost",
+                                        "workers_not_reregistered", "error", "reason")
+                     if k in ev}
+            parts.append(f"probe {p.get('name')} {p.get('verdict')} {brief}")
+    parts += [f"error: {str(e)[:200]}" for e in summary.get("errors") or []]
+    return "; ".join(parts)
+
+
+def slower_than_calibrated(code: int, summary: dict[str, Any]) -> str | None:
+    """Why a run failed only because this box was slower than a shipped calibration, or None.
+
+    That is: exit 1, no error, every probe passed, and every SLO that failed is a duration or
+    latency whose bound says ``calibrated`` and whose value was measured. The catalog's bounds
+    are calibrated from a few runs on a quiet box of this size; a CI box sharing its 2 cores
+    with the loads, the monitor and (for KubeRay) the API server is sometimes slower than that
+    — a verdict about the box, not about the harness. Tests then check everything else and end
+    as an xfail naming the figure; anything else failing stays a failure."""
+    from raychaos.config.metrics import METRICS
+
+    if code != 1 or summary.get("errors"):
+        return None
+    if any(p.get("verdict") != "pass" for p in summary.get("probes") or []):
+        return None
+    failed = [s for s in summary.get("slos") or [] if s.get("verdict") != "pass"]
+    if not failed:
+        return None
+    for s in failed:
+        metric = METRICS.get(str(s.get("metric")))
+        if (s.get("verdict") != "fail" or s.get("value") is None or metric is None
+                or metric.unit not in ("s", "ms")
+                or "calibrated" not in str(s.get("description") or "")):
+            return None
+    return "slower than the shipped calibration on this box (every probe passed): " + "; ".join(
+        f"{s['name']} {s['metric']} {s['value']} against {s['op']} {s['threshold']}"
+        for s in failed)

@@ -39,11 +39,14 @@ class FakeGcs:
         self.loaded = {bytes([i + 1]) * 28 for i in range(nodes)}  # pulled load: reported
         self.node_ids = [bytes([i + 1]) * 28 for i in range(nodes)]
         self.dead = bytes([0xDD]) * 28
+        self.hang = 0.0  # seconds each GetAllNodeInfo waits before answering
         fake = self
 
         class Nodes(pbg.NodeInfoGcsServiceServicer):
             def GetAllNodeInfo(self, request, context):  # noqa: N802
                 fake._check(context)
+                if fake.hang:
+                    time.sleep(fake.hang)
                 reply = pb.GetAllNodeInfoReply()
                 for i, nid in enumerate(fake.node_ids):
                     n = reply.node_info_list.add()
@@ -259,6 +262,34 @@ def test_same_channel_across_a_restart_with_a_new_cluster_id(fake):
         assert probe.channel is channel, "the channel is never rebuilt"
         assert all("ray_cluster_id" not in md for md in new.metadata)
         assert back.at > killed_at
+    finally:
+        probe.close()
+
+
+def test_a_new_head_after_missed_deadlines_is_a_new_gcs_and_a_busy_one_is_not(fake):
+    """Behind a port-forward a deleted head pod is never refused (the stream hangs), and GCS FT
+    keeps the cluster ID: the replacement shows as an ALIVE head node never seen before. The
+    probe numbered it as the old GCS, so its workers never "re-registered" (CI, head-kill-pod)."""
+    port = _free_port()
+    gcs = fake(port, nodes=3)
+    probe = GcsProbe(f"127.0.0.1:{port}")
+    try:
+        assert probe.ask(1.0, reports=True).incarnation == 1
+        gcs.hang = 0.5  # busy: the questions miss their deadline, the same GCS answers after
+        assert not probe.ask(0.1).up
+        gcs.hang = 0.0
+        time.sleep(0.5)
+        assert probe.ask(1.0, reports=True).incarnation == 1, "a busy GCS is the same process"
+        gcs.hang = 0.5  # gone behind the forward; the new GCS lists the new head raylet
+        assert not probe.ask(0.1).up
+        gcs.node_ids[0] = b"\x0e" * 28
+        gcs.hang = 0.0
+        time.sleep(0.5)
+        back = probe.ask(1.0, reports=True)
+        assert back.incarnation == 2 and probe.incarnation_at == back.at
+        # answers without a failure in between are the same process, whatever they list
+        gcs.node_ids[0] = b"\x0f" * 28
+        assert probe.ask(1.0, reports=True).incarnation == 2
     finally:
         probe.close()
 

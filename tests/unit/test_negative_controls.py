@@ -311,3 +311,35 @@ def test_a_busy_gcs_that_answers_late_is_not_a_flap_but_one_silent_for_5_s_is_do
     assert recovery_figures(samples(silent))["gcs_flaps_after_recovery"] == 1
     starting = "uuuuu" + "d" * 5 + "l" * 5 + "u" * 30  # late after refusals: still starting
     assert recovery_figures(samples(starting))["gcs_first_answer_s"] == 2.0
+
+
+def test_an_outage_seen_only_as_missed_deadlines_is_down_after_a_kill_or_before_a_new_gcs():
+    """A head pod deleted behind a port-forward is never refused: the monitor's questions hang
+    until gRPC gives up (~3 s, seen on the KubeRay world). Counted as a busy GCS (late < 5 s),
+    the run recovered "at once" and its workers never "re-registered" (CI, head-kill-pod)."""
+    def samples(pattern: str, incarnations: str = "") -> Records:
+        """``u`` answered, ``l`` late; ``incarnations``: the GCS incarnation of each sample."""
+        recs: Records = [{"t": 1.0, "kind": "event", "event": "head_killed", "name": "pod",
+                          "detail": {"workers_before": ["w1"]}}]
+        for i, c in enumerate(pattern):
+            inc = {"gcs_incarnation": int(incarnations[i])} if incarnations else {}
+            recs.append({"t": round(i * 0.2, 3), "kind": "sample", "gcs_up": c == "u",
+                         **({"gcs_late": True} if c == "l" else {}), **inc,
+                         **({"alive_ids": ["w1"], "reported_ids": ["w1"]} if c == "u" else {})})
+        return recs
+
+    # the kill at t=1.0, then 2.8 s of missed deadlines and no answer: an outage
+    silent = "uuuuu" + "l" * 14 + "u" * 30
+    figures = recovery_figures(samples(silent, "1" * 5 + "1" * 14 + "2" * 30))
+    assert figures["gcs_first_answer_s"] == 2.8 and figures["gcs_down_s"] == 2.8
+    assert figures["gcs_recovery_s"] == 2.8 and figures["nodes_recovery_s"] == 2.8
+    # the old GCS still answered twice after the kill, then silence, then a new process
+    # (the probe told it by its new head only 0.4 s after the first answer): an outage too
+    late_new = "u" * 7 + "l" * 10 + "u" * 30
+    figures = recovery_figures(samples(late_new, "1" * 7 + "1" * 10 + "11" + "2" * 28))
+    assert figures["gcs_first_answer_s"] == 2.4 and figures["gcs_down_s"] == 2.0
+    # the same silence followed by the same GCS is a busy GCS (no outage, no flap)
+    busy = recovery_figures(samples(late_new, "1" * 47))
+    assert busy["gcs_down_s"] == 0.0 and busy["gcs_flaps"] == 0
+    # without incarnations (the dashboard path) a silence after the kill is still an outage
+    assert recovery_figures(samples(silent))["gcs_first_answer_s"] == 2.8

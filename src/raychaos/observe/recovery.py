@@ -82,15 +82,28 @@ def _samples(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     before it — late after a refusal is a GCS still starting, late after an answer is a busy
     one (2 loaded cores make a healthy GCS miss a 160 ms deadline now and then) — unless the
     GCS has answered nothing for ``LATE_IS_DOWN_S``: then it is down from the first late
-    sample on. A single unanswered sample between two answers is a slow answer too."""
+    sample on. A single unanswered sample between two answers is a slow answer too.
+
+    Two things make a shorter run of late samples an outage all the same (a GCS gone behind a
+    port-forward is never refused: the stream hangs until gRPC's keepalive gives up, ~3 s):
+    it is the first thing seen after a head kill (no answer since), or the GCS that answers
+    after it is another process (its ``gcs_incarnation`` differs from the one before the run,
+    in the answers that follow within ``LATE_IS_DOWN_S``: the probe may tell the new process
+    only once the new head's raylet registered)."""
     out = sorted((dict(r) for r in records if r.get("kind") == "sample"
                   and isinstance(r.get("t"), (int, float))), key=lambda r: r["t"])
+    kill_t, _, head_kill = _kill(records)
+    answered_since_kill = not head_kill
+    incarnation = None  # of the last answer
     state, i = True, 0
     while i < len(out):
         r = out[i]
         if r.get("gcs_up"):
             state = True
             r["_up"] = True
+            incarnation = r.get("gcs_incarnation", incarnation)
+            if kill_t is not None and r["t"] >= kill_t:
+                answered_since_kill = True
         elif not r.get("gcs_late"):
             r["_up"] = (0 < i < len(out) - 1 and bool(out[i - 1].get("gcs_up"))
                         and bool(out[i + 1].get("gcs_up")))
@@ -100,7 +113,10 @@ def _samples(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             while j < len(out) and out[j].get("gcs_late") and not out[j].get("gcs_up"):
                 j += 1
             end = out[j]["t"] if j < len(out) else out[j - 1]["t"]
-            keep = state and end - r["t"] < LATE_IS_DOWN_S
+            after_kill = head_kill and kill_t is not None and r["t"] >= kill_t \
+                and not answered_since_kill
+            keep = state and end - r["t"] < LATE_IS_DOWN_S and not after_kill \
+                and not _another_gcs(out, j, incarnation)
             for k in range(i, j):
                 out[k]["_up"] = keep
             state = keep
@@ -108,6 +124,21 @@ def _samples(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         i += 1
     return out
+
+
+def _another_gcs(samples: list[dict[str, Any]], j: int, incarnation: Any) -> bool:
+    """The answers from ``samples[j]`` on (for ``LATE_IS_DOWN_S``, while they last) come from
+    a GCS incarnation other than ``incarnation`` (never, when either is unknown)."""
+    if incarnation is None or j >= len(samples):
+        return False
+    t_end = samples[j]["t"] + LATE_IS_DOWN_S
+    for s in samples[j:]:
+        if not s.get("gcs_up") or s["t"] > t_end:
+            return False
+        now = s.get("gcs_incarnation")
+        if now is not None and now != incarnation:
+            return True
+    return False
 
 
 def _stable_since(samples: list[dict[str, Any]], hold: float) -> float | None:

@@ -223,6 +223,11 @@ class GcsProbe:
         self.last: GcsAnswer | None = None
         self._last_up_at: float | None = None
         self._gone_since_up = False  # an UNAVAILABLE since the last answer: the process went
+        # a failed sample (refused or late) since the last new incarnation, and every head node
+        # the probe has seen: a head node ID never seen before, after a failure, is a new head
+        # raylet registering with a new GCS (see _record)
+        self._failed_since_new = False
+        self._heads_seen: set[str] = set()
         self._last_failed_at: float | None = None
         self._floor: float | None = None
         self._want_cid = True  # ask GetClusterId: first answer, and after every failure
@@ -284,6 +289,7 @@ class GcsProbe:
             if code == grpc.StatusCode.UNAVAILABLE:
                 self._gone_since_up = True
             self._last_failed_at = at
+            self._failed_since_new = True
             self._want_cid = True
             answer = GcsAnswer(up=False, at=at, latency_s=latency, cluster_id=self.cluster_id,
                                error=error, incarnation=self.incarnation)
@@ -294,9 +300,19 @@ class GcsProbe:
         if "cid" in results:
             new_id = results["cid"].cluster_id.hex() or None
             self._want_cid = new_id is None
-        restarted = self._last_up_at is None or self._gone_since_up \
+        # A new GCS process shows as a refusal (UNAVAILABLE) since the last answer, a new
+        # cluster ID, or — when the outage only ever looked like missed deadlines (a head pod
+        # deleted behind a port-forward: the stream hangs until gRPC's keepalive gives up, and
+        # GCS FT keeps the cluster ID) — an ALIVE head node never seen before, after a failed
+        # sample: the replacement head's raylet registered with the new GCS.
+        heads = {n.node_id for n in nodes if n.is_head and n.state == "ALIVE"}
+        new_head = self._failed_since_new and bool(self._heads_seen) \
+            and bool(heads - self._heads_seen)
+        self._heads_seen |= heads
+        restarted = self._last_up_at is None or self._gone_since_up or new_head \
             or (new_id is not None and self.cluster_id is not None and new_id != self.cluster_id)
         if restarted:
+            self._failed_since_new = False
             self.incarnation += 1
             self.incarnation_at = at
             # a report the new GCS holds was sent after the old one went away: after the last
