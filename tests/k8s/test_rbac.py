@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from raychaos.config.settings import KubernetesSpec
 from raychaos.errors import FaultFailed, RaychaosError
 from raychaos.targets.kubernetes import network, registry
+from raychaos.targets.kubernetes.target import KubernetesTarget
 from tests.k8s.world import resources as R
 from tests.k8s.world.chaosmesh import NETWORKCHAOS_CRD
 
@@ -118,6 +120,26 @@ def tour(w, make_target, monkeypatch) -> None:  # noqa: ANN001
     t.restart_with_env(nodes=["worker-2"], env={"RAY_testing_asio_delay_us": "x=1:2"},
                        wait_s=15, record=flags)
     t.undo(flags)
+    # a target named by its RayJob or RayService: the object read, its cluster followed
+    rjr = w.api.resolve("ray.io", "v1", "rayjobs")
+    w.api.create(rjr, "ray", {"metadata": {"name": "train"}, "spec": {}})
+    job = w.store.get("rayjobs", "ray", "train")
+    w.api.update(rjr, "ray", "train", {**job, "status": {"rayClusterName": "demo"}},
+                 sub="status")
+    rsr = w.api.resolve("ray.io", "v1", "rayservices")
+    w.api.create(rsr, "ray", {"metadata": {"name": "chat"}, "spec": {}})
+    rs = w.store.get("rayservices", "ray", "chat")
+    w.api.update(rsr, "ray", "chat", {**rs, "status": {"activeServiceStatus": {
+        "rayClusterName": "demo"}}}, sub="status")
+    for kind, name in (("rayjob", "train"), ("rayservice", "chat")):
+        owned = KubernetesTarget(KubernetesSpec(kind=kind, name=name, namespace="ray",  # type: ignore[arg-type]
+                                                kubeconfig=w.kubeconfig), run_id="run1")
+        owned.connect()
+        try:
+            assert owned.owner()["kind"] == kind
+            owned.serve_url()
+        finally:
+            owned.close()
 
 
 def test_rbac_grants_every_call_and_nothing_unused(sim, make_target, monkeypatch):

@@ -290,6 +290,26 @@ def test_a_new_head_after_missed_deadlines_is_a_new_gcs_and_a_busy_one_is_not(fa
         # answers without a failure in between are the same process, whatever they list
         gcs.node_ids[0] = b"\x0f" * 28
         assert probe.ask(1.0, reports=True).incarnation == 2
+        # a head restarted in place: refused (a new GCS), answering before its raylet
+        # registered, missing deadlines while it restores, then its new head: the same GCS
+        gcs.stop()
+        assert not probe.ask(0.1).up
+        gcs = fake(port, nodes=3)
+        gcs.node_ids[0] = b"\x0f" * 28
+        assert _wait_up(probe, 3.0).incarnation == 3
+        gcs.hang = 0.5
+        assert not probe.ask(0.1).up
+        gcs.node_ids[0] = b"\x10" * 28
+        gcs.hang = 0.0
+        time.sleep(0.5)
+        assert probe.ask(1.0, reports=True).incarnation == 3
+        # and the next head replaced behind a silent outage is a new GCS again
+        gcs.hang = 0.5
+        assert not probe.ask(0.1).up
+        gcs.node_ids[0] = b"\x11" * 28
+        gcs.hang = 0.0
+        time.sleep(0.5)
+        assert probe.ask(1.0, reports=True).incarnation == 4
     finally:
         probe.close()
 

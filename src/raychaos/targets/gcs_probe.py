@@ -223,11 +223,13 @@ class GcsProbe:
         self.last: GcsAnswer | None = None
         self._last_up_at: float | None = None
         self._gone_since_up = False  # an UNAVAILABLE since the last answer: the process went
-        # a failed sample (refused or late) since the last new incarnation, and every head node
-        # the probe has seen: a head node ID never seen before, after a failure, is a new head
-        # raylet registering with a new GCS (see _record)
+        # a failed sample (refused or late) since the last new incarnation; every head node
+        # the probe has seen; a new incarnation counted since a head first showed: a head
+        # node ID never seen before is a new GCS only with a failure and no such count
+        # since the last new head (see _record)
         self._failed_since_new = False
         self._heads_seen: set[str] = set()
+        self._new_since_new_head = False
         self._last_failed_at: float | None = None
         self._floor: float | None = None
         self._want_cid = True  # ask GetClusterId: first answer, and after every failure
@@ -304,13 +306,20 @@ class GcsProbe:
         # cluster ID, or — when the outage only ever looked like missed deadlines (a head pod
         # deleted behind a port-forward: the stream hangs until gRPC's keepalive gives up, and
         # GCS FT keeps the cluster ID) — an ALIVE head node never seen before, after a failed
-        # sample: the replacement head's raylet registered with the new GCS.
+        # sample: the replacement head's raylet registered with the new GCS. Not when a new
+        # incarnation was already counted since the last new head: a head restarted in place
+        # is refused (counted), answers, may miss deadlines while it restores, and its raylet
+        # registers a few seconds later — with that same GCS.
         heads = {n.node_id for n in nodes if n.is_head and n.state == "ALIVE"}
-        new_head = self._failed_since_new and bool(self._heads_seen) \
-            and bool(heads - self._heads_seen)
+        appeared = bool(self._heads_seen) and bool(heads - self._heads_seen)
+        new_head = appeared and self._failed_since_new and not self._new_since_new_head
         self._heads_seen |= heads
         restarted = self._last_up_at is None or self._gone_since_up or new_head \
             or (new_id is not None and self.cluster_id is not None and new_id != self.cluster_id)
+        if appeared or self._last_up_at is None:
+            self._new_since_new_head = False
+        elif restarted:
+            self._new_since_new_head = True
         if restarted:
             self._failed_since_new = False
             self.incarnation += 1
