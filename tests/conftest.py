@@ -86,7 +86,7 @@ def pytest_runtest_logreport(report):
         return
     crash = getattr(report.longrepr, "reprcrash", None)
     why = crash.message if crash is not None else str(report.longrepr)
-    why = " ".join(why.split())
+    why = " ".join((why.strip().splitlines() or [""])[0].split())
     when = "" if report.when == "call" else f" ({report.when})"
     _FAILED.append(f"{report.nodeid}{when}: {why[:400]}")
 

@@ -96,21 +96,20 @@ def xfail_if_head_crash_looped(run_dir: Path) -> None:
 
 
 def why_failed(code: int, summary: dict[str, Any]) -> str:
-    """One line saying why a run did not pass: its exit code, each failed (or unmeasured) SLO
-    with value and bound, each probe that did not pass, the errors. First in an assertion's
-    message, so pytest's one-line summary (and CI's digest of failures) carries the reason."""
+    """One line saying why a run did not pass: its exit code and verdict, then every check that
+    did not pass (SLOs with value and bound, probes, the run's own checks) and the errors.
+    First in an assertion's message, so pytest's one-line summary (and CI's digest of
+    failures) carries the reason."""
+    slos = {s.get("name"): s for s in summary.get("slos") or []}
     parts = [f"exit {code}, verdict {summary.get('verdict')}"]
-    for s in summary.get("slos") or []:
-        if s.get("verdict") != "pass":
-            parts.append(f"SLO {s.get('name')} {s.get('verdict')}: {s.get('metric')} "
-                         f"{s.get('value')} (bound {s.get('op')} {s.get('threshold')})")
-    for p in summary.get("probes") or []:
-        if p.get("verdict") != "pass":
-            ev = p.get("evidence") or {}
-            brief = {k: ev[k] for k in ("gcs_recovery_s", "nodes_recovery_s", "workers_lost",
-                                        "workers_not_reregistered", "error", "reason")
-                     if k in ev}
-            parts.append(f"probe {p.get('name')} {p.get('verdict')} {brief}")
+    for c in summary.get("checks") or []:
+        if c.get("verdict") == "pass":
+            continue
+        s = slos.get(c.get("name")) if c.get("kind") == "slo" else None
+        figure = (f" {s.get('metric')} {s.get('value')} (bound {s.get('op')} "
+                  f"{s.get('threshold')})") if s else ""
+        parts.append(f"{c.get('kind')} {c.get('name')} {c.get('verdict')}{figure}: "
+                     f"{str(c.get('message') or '')[:200]}")
     parts += [f"error: {str(e)[:200]}" for e in summary.get("errors") or []]
     return "; ".join(parts)
 
@@ -130,6 +129,9 @@ def slower_than_calibrated(code: int, summary: dict[str, Any]) -> str | None:
         return None
     if any(p.get("verdict") != "pass" for p in summary.get("probes") or []):
         return None
+    if any(c.get("verdict") != "pass" and c.get("kind") != "slo"
+           for c in summary.get("checks") or []):
+        return None  # the run's own checks (went down again, did not recover, ...) failed
     failed = [s for s in summary.get("slos") or [] if s.get("verdict") != "pass"]
     if not failed:
         return None
