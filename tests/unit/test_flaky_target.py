@@ -161,7 +161,12 @@ def test_monitor_records_down_and_unknown_and_keeps_sampling(dashboard, tmp_path
     records = read_timeline(tmp_path / "timeline.jsonl")
     ups = [r["gcs_up"] for r in records if r["kind"] == "sample"]
     assert True in ups and False in ups, "down is recorded as down"
-    assert ups[-1] is True, "the monitor kept sampling and saw the recovery"
+    # the last phase (answering again): sampled all along and answered. Not "the very last
+    # sample is up": at a 50 ms interval the deadline is 40 ms, which a loaded box's answer
+    # may miss (a late sample, rightly not "up") — seen in a full run
+    last = [r for r in records if r["kind"] == "sample" and r["t"] >= since]
+    assert len(last) >= 3 and any(r["gcs_up"] for r in last), \
+        "the monitor kept sampling and saw the recovery"
     states = [s for r in records if r["kind"] == "jobs" for s in r["jobs"].values()]
     assert "UNKNOWN" in states
     assert any(r.get("event") == "monitor_error" for r in records), "errors are on the timeline"
