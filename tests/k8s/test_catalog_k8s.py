@@ -59,6 +59,7 @@ CATALOG = [pytest.param(test_id, src, mode, id=test_id, marks=marks)
     ("registry-throttle", "registry-throttle", None, ()),
     ("head-kill-slow-registry", "head-kill-slow-registry", IN_PLACE_AS_POD, ()),
     ("network-saturation", "network-saturation", None, ()),
+    ("blackout-false-deaths", "blackout-false-deaths", None, ()),
 ]]
 
 
