@@ -341,5 +341,10 @@ def test_an_outage_seen_only_as_missed_deadlines_is_down_after_a_kill_or_before_
     # the same silence followed by the same GCS is a busy GCS (no outage, no flap)
     busy = recovery_figures(samples(late_new, "1" * 47))
     assert busy["gcs_down_s"] == 0.0 and busy["gcs_flaps"] == 0
+    # the same, the silence ended by the keepalive's refusal before the new GCS answers (the
+    # world's head-kill-slow-registry: gcs_down_s read 0.2 s of a 3 s outage)
+    refused = "u" * 7 + "l" * 10 + "d" + "u" * 29
+    figures = recovery_figures(samples(refused, "1" * 18 + "2" * 29))
+    assert figures["gcs_first_answer_s"] == 2.6 and figures["gcs_down_s"] == 2.2
     # without incarnations (the dashboard path) a silence after the kill is still an outage
     assert recovery_figures(samples(silent))["gcs_first_answer_s"] == 2.8

@@ -127,8 +127,11 @@ def _samples(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _another_gcs(samples: list[dict[str, Any]], j: int, incarnation: Any) -> bool:
-    """The answers from ``samples[j]`` on (for ``LATE_IS_DOWN_S``, while they last) come from
-    a GCS incarnation other than ``incarnation`` (never, when either is unknown)."""
+    """The next answers from ``samples[j]`` on (past any refusals: a late run the keepalive
+    ends with a refusal; then for ``LATE_IS_DOWN_S``, while they last) come from a GCS
+    incarnation other than ``incarnation`` (never, when either is unknown)."""
+    while j < len(samples) and not samples[j].get("gcs_up"):
+        j += 1
     if incarnation is None or j >= len(samples):
         return False
     t_end = samples[j]["t"] + LATE_IS_DOWN_S
