@@ -52,6 +52,14 @@ def loopback_http():
         thread.join(timeout=5)
 
 
+#: The tiers whose tests run real Ray clusters (local, or the KubeRay world's pods) on the
+#: 2-core CI box: one rerun each. Every full run here showed two or three of their ~40 tests
+#: fail once, each for a different reason of the box (a head restarted under load crash-looping,
+#: a load starting late, a bound missed by a loaded core) and pass alone; a test that fails
+#: twice fails. Reruns are printed (R) and counted in the summary line.
+RERUN_TIERS = ("integration", "k8s")
+
+
 def pytest_collection_modifyitems(config, items):
     """Tiers are marked by folder: tests/unit, tests/integration, tests/k8s."""
     for item in items:
@@ -59,6 +67,8 @@ def pytest_collection_modifyitems(config, items):
         for tier in ("unit", "integration", "k8s"):
             if tier in parts:
                 item.add_marker(getattr(pytest.mark, tier))
+                if tier in RERUN_TIERS and item.get_closest_marker("flaky") is None:
+                    item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=2))
 
 
 def pytest_configure(config):

@@ -145,3 +145,15 @@ def test_one_burst_second_in_the_baseline_does_not_set_the_pace():
     report = load_report(recs, windows(recs))["storm"]
     assert report["baseline"]["throughput"] > 100 / 0.9
     assert report["run"]["time_back_s"] == 0.0
+
+
+def test_a_load_still_bursting_at_the_end_of_the_baseline_has_a_pace():
+    """Median of 0, 96, 0 is 0: 'no baseline throughput' for a storm that ran (the KubeRay
+    world's shuffle-under-head-kill, its storm started 3 s before the kill)."""
+    from raychaos.observe.loadstats import baseline_pace
+
+    rows = [{"t": 1.0 + i, "count": c} for i, c in enumerate([0, 96, 0])]
+    assert baseline_pace(rows, (0.0, 4.0)) == 32.0
+    steady = [{"t": 1.0 + i, "count": c} for i, c in enumerate([100, 160, 0, 100, 100])]
+    assert baseline_pace(steady, (0.0, 6.0)) == 100.0  # the median, when it shows a pace
+    assert baseline_pace([{"t": 1.0, "count": 0}], (0.0, 2.0)) == 0.0  # stalled: no pace
