@@ -266,6 +266,18 @@ def test_same_channel_across_a_restart_with_a_new_cluster_id(fake):
         probe.close()
 
 
+def _missed_deadlines(gcs, probe: GcsProbe, head: bytes | None = None):  # noqa: ANN001
+    """One question that misses its deadline (the GCS hangs), then — listing ``head`` as its
+    head node when given — the GCS answers again; that answer."""
+    gcs.hang = 0.5
+    assert not probe.ask(0.1).up
+    if head is not None:
+        gcs.node_ids[0] = head
+    gcs.hang = 0.0
+    time.sleep(0.5)  # the hung handler returns
+    return probe.ask(1.0, reports=True)
+
+
 def test_a_new_head_after_missed_deadlines_is_a_new_gcs_and_a_busy_one_is_not(fake):
     """Behind a port-forward a deleted head pod is never refused (the stream hangs), and GCS FT
     keeps the cluster ID: the replacement shows as an ALIVE head node never seen before. The
@@ -275,17 +287,10 @@ def test_a_new_head_after_missed_deadlines_is_a_new_gcs_and_a_busy_one_is_not(fa
     probe = GcsProbe(f"127.0.0.1:{port}")
     try:
         assert probe.ask(1.0, reports=True).incarnation == 1
-        gcs.hang = 0.5  # busy: the questions miss their deadline, the same GCS answers after
-        assert not probe.ask(0.1).up
-        gcs.hang = 0.0
-        time.sleep(0.5)
-        assert probe.ask(1.0, reports=True).incarnation == 1, "a busy GCS is the same process"
-        gcs.hang = 0.5  # gone behind the forward; the new GCS lists the new head raylet
-        assert not probe.ask(0.1).up
-        gcs.node_ids[0] = b"\x0e" * 28
-        gcs.hang = 0.0
-        time.sleep(0.5)
-        back = probe.ask(1.0, reports=True)
+        # busy: the questions miss their deadline, the same GCS answers after
+        assert _missed_deadlines(gcs, probe).incarnation == 1, "a busy GCS is the same process"
+        # gone behind the forward; the new GCS lists the new head raylet
+        back = _missed_deadlines(gcs, probe, b"\x0e" * 28)
         assert back.incarnation == 2 and probe.incarnation_at == back.at
         # answers without a failure in between are the same process, whatever they list
         gcs.node_ids[0] = b"\x0f" * 28
@@ -297,19 +302,9 @@ def test_a_new_head_after_missed_deadlines_is_a_new_gcs_and_a_busy_one_is_not(fa
         gcs = fake(port, nodes=3)
         gcs.node_ids[0] = b"\x0f" * 28
         assert _wait_up(probe, 3.0).incarnation == 3
-        gcs.hang = 0.5
-        assert not probe.ask(0.1).up
-        gcs.node_ids[0] = b"\x10" * 28
-        gcs.hang = 0.0
-        time.sleep(0.5)
-        assert probe.ask(1.0, reports=True).incarnation == 3
+        assert _missed_deadlines(gcs, probe, b"\x10" * 28).incarnation == 3
         # and the next head replaced behind a silent outage is a new GCS again
-        gcs.hang = 0.5
-        assert not probe.ask(0.1).up
-        gcs.node_ids[0] = b"\x11" * 28
-        gcs.hang = 0.0
-        time.sleep(0.5)
-        assert probe.ask(1.0, reports=True).incarnation == 4
+        assert _missed_deadlines(gcs, probe, b"\x11" * 28).incarnation == 4
     finally:
         probe.close()
 
