@@ -223,11 +223,9 @@ class GcsProbe:
         self.last: GcsAnswer | None = None
         self._last_up_at: float | None = None
         self._gone_since_up = False  # an UNAVAILABLE since the last answer: the process went
-        # a failed sample (refused or late) since the last new incarnation; every head node
-        # the probe has seen; a new incarnation counted since a head first showed: a head
-        # node ID never seen before is a new GCS only with a failure and no such count
-        # since the last new head (see _record)
-        self._failed_since_new = False
+        # every head node the probe has seen; a new incarnation counted since a head first
+        # showed: a head node ID never seen before is a new GCS only after a failed sample
+        # and with no such count since the last new head (see _record)
         self._heads_seen: set[str] = set()
         self._new_since_new_head = False
         self._last_failed_at: float | None = None
@@ -291,7 +289,6 @@ class GcsProbe:
             if code == grpc.StatusCode.UNAVAILABLE:
                 self._gone_since_up = True
             self._last_failed_at = at
-            self._failed_since_new = True
             self._want_cid = True
             answer = GcsAnswer(up=False, at=at, latency_s=latency, cluster_id=self.cluster_id,
                                error=error, incarnation=self.incarnation)
@@ -312,7 +309,9 @@ class GcsProbe:
         # registers a few seconds later — with that same GCS.
         heads = {n.node_id for n in nodes if n.is_head and n.state == "ALIVE"}
         appeared = bool(self._heads_seen) and bool(heads - self._heads_seen)
-        new_head = appeared and self._failed_since_new and not self._new_since_new_head
+        failed_since_new = self._last_failed_at is not None and (
+            self.incarnation_at is None or self._last_failed_at > self.incarnation_at)
+        new_head = appeared and failed_since_new and not self._new_since_new_head
         self._heads_seen |= heads
         restarted = self._last_up_at is None or self._gone_since_up or new_head \
             or (new_id is not None and self.cluster_id is not None and new_id != self.cluster_id)
@@ -321,7 +320,6 @@ class GcsProbe:
         elif restarted:
             self._new_since_new_head = True
         if restarted:
-            self._failed_since_new = False
             self.incarnation += 1
             self.incarnation_at = at
             # a report the new GCS holds was sent after the old one went away: after the last
