@@ -110,16 +110,10 @@ def why_failed(code: int, summary: dict[str, Any]) -> str:
     did not pass (SLOs with value and bound, probes, the run's own checks) and the errors.
     First in an assertion's message, so pytest's one-line summary (and CI's digest of
     failures) carries the reason."""
-    slos = {s.get("name"): s for s in summary.get("slos") or []}
     parts = [f"exit {code}, verdict {summary.get('verdict')}"]
-    for c in summary.get("checks") or []:
-        if c.get("verdict") == "pass":
-            continue
-        s = slos.get(c.get("name")) if c.get("kind") == "slo" else None
-        figure = (f" {s.get('metric')} {s.get('value')} (bound {s.get('op')} "
-                  f"{s.get('threshold')})") if s else ""
-        parts.append(f"{c.get('kind')} {c.get('name')} {c.get('verdict')}{figure}: "
-                     f"{str(c.get('message') or '')[:200]}")
+    # a check's message already says it all (an SLO's: metric, value, bound)
+    parts += [f"{c.get('kind')} {c.get('verdict')}: {str(c.get('message') or '')[:240]}"
+              for c in summary.get("checks") or [] if c.get("verdict") != "pass"]
     parts += [f"error: {str(e)[:200]}" for e in summary.get("errors") or []]
     return "; ".join(parts)
 
