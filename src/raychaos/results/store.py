@@ -68,6 +68,9 @@ class Ev:
     - ``lock_taken_over``: a stale run lock was taken over (``detail.holder``);
     - ``loads_stopped``: the harness began stopping the loads — load statistics end here, so
       the seconds after it are not counted as a stall;
+    - ``loads_ended``: the loads were stopped and that was read back (``detail``: ``locust_s``,
+      and per load job its ID, last status, stop requests sent and seconds until it was no
+      longer PENDING/RUNNING — ``None``: left behind, a run error);
     - ``blackout_down`` / ``blackout_up``: one blackout cycle cut / gave back the network of the
       nodes in ``name`` (``detail``: the fault's id, the cycle number);
     - ``node_dead``: the GCS began to list a node DEAD (``name``: the node; ``detail``:
@@ -97,6 +100,7 @@ class Ev:
     NODE_DEAD = "node_dead"
     NOT_RECOVERED = "not_recovered"
     LOADS_STOPPED = "loads_stopped"
+    LOADS_ENDED = "loads_ended"
     RECOVERY_WINDOW = "recovery_window"
 
 

@@ -22,7 +22,7 @@ from raychaos.context import Run
 from raychaos.errors import RaychaosError, TargetUnavailable
 from raychaos.observe.monitor import Monitor
 from raychaos.probes.jobs import run_job
-from raychaos.results.store import read_timeline
+from raychaos.results.store import Ev, read_timeline
 from raychaos.run.phases import Phases
 from raychaos.run.progress import Say
 from raychaos.run.serve import ensure_serve, retire_serve
@@ -31,6 +31,55 @@ __all__ = ["LoadSet"]
 
 REPORT_TIMEOUT_S = 120.0
 STOP_GRACE_S = 3.0
+#: How long a stopped load job may stay PENDING/RUNNING before the run says it was left behind.
+#: Ray's job supervisor sends SIGTERM, then SIGKILL after a few seconds: a job the Jobs API
+#: really stopped is STOPPED well inside this.
+STOP_CONFIRM_S = 30.0
+#: A stop request sent while the dashboard blinked is lost: it is sent again this often.
+STOP_RESEND_S = 5.0
+ACTIVE = ("PENDING", "RUNNING")
+
+
+def stop_and_confirm(target: Any, jobs: dict[str, str], within_s: float | None = None,
+                     resend_s: float = STOP_RESEND_S) -> dict[str, dict[str, Any]]:
+    """Stop every job (name → job ID) and wait until none is PENDING or RUNNING, sending the
+    stop again every ``resend_s`` (one sent while the dashboard was being replaced is lost).
+    Returns, per name: job ID, last status read, stop requests sent (and the seconds spent in
+    them), and the seconds until it
+    was no longer active (``None``: still active after ``within_s``). A job whose status cannot
+    be read (``UNKNOWN``: the cluster does not answer) is not waited for: nothing can confirm
+    it."""
+    t0 = time.monotonic()
+    out: dict[str, dict[str, Any]] = {
+        n: {"job_id": j, "status": None, "stop_requests": 0, "request_s": 0.0, "s": None}
+        for n, j in jobs.items()}
+
+    def send(names: list[str]) -> None:
+        for n in names:
+            sent = time.monotonic()
+            target.stop_job(out[n]["job_id"])
+            out[n]["stop_requests"] += 1
+            out[n]["request_s"] = round(out[n]["request_s"] + time.monotonic() - sent, 2)
+
+    send(list(out))
+    deadline = t0 + (STOP_CONFIRM_S if within_s is None else within_s)
+    resend = t0 + resend_s
+    while True:
+        active = []
+        for n, rec in out.items():
+            if rec["s"] is not None:
+                continue
+            rec["status"] = target.job_status(rec["job_id"])
+            if rec["status"] in ACTIVE:
+                active.append(n)
+            else:
+                rec["s"] = round(time.monotonic() - t0, 2)
+        if not active or time.monotonic() >= deadline:
+            return out
+        if time.monotonic() >= resend:
+            resend = time.monotonic() + resend_s
+            send(active)
+        time.sleep(min(0.5, resend_s))
 
 
 class LoadSet:
@@ -158,17 +207,26 @@ class LoadSet:
 
     def stop(self) -> None:
         run = self.run
+        t0 = time.monotonic()
         for proc in self.locusts:
             try:  # Locust flushes its last second within a second of SIGTERM; one that does
                 # not (a request stuck on a slow Serve replica) must not hold the verdict up
                 proc.stop(grace_s=STOP_GRACE_S)
             except Exception as exc:  # noqa: BLE001 - keep stopping the rest
                 run.errors.append(f"stopping Locust: {exc}")
-        for job_id in run.jobs.values():
-            run.target.stop_job(job_id)
+        ids = dict(run.jobs)
         watch = run.extras.get("sentinel_watch")
         if watch is not None:  # it removes the sentinel actor as it stops
-            run.target.stop_job(watch["job_id"])
+            ids["sentinel watcher"] = watch["job_id"]
+        locust_s = round(time.monotonic() - t0, 2)
+        ended = stop_and_confirm(run.target, ids)
+        run.timeline.event(Ev.LOADS_ENDED, locust_s=locust_s, jobs=ended)
+        left = {n: rec["job_id"] for n, rec in ended.items() if rec["s"] is None}
+        if left:
+            run.errors.append(
+                f"load job(s) {', '.join(f'{n} ({j})' for n, j in left.items())} still "
+                f"PENDING/RUNNING {STOP_CONFIRM_S:g} s after they were stopped: stop them "
+                "with the cluster's Jobs API (`ray job stop ID`)")
         if run.extras.get("serve_app") and not self.keep_serve:
             try:  # Serve's proxies and replicas would otherwise keep using the cluster's CPUs
                 run_job(run.target, "python serve_deploy.py --shutdown", timeout=60)

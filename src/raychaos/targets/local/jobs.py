@@ -82,9 +82,14 @@ class LocalJobs:
                 if str(j.status.value) in ("PENDING", "RUNNING")]
 
     def stop_job(self, job_id: str) -> None:
+        """Ask the Jobs API to stop the job, on a new client: the cached one may hold a
+        connection to a dashboard a head kill replaced (job status is read from the GCS, so
+        nothing has refreshed it since). Whether it stopped is read from its status
+        (``stop_and_confirm``), not from this call."""
+        self._job_client = None
         try:
             self._jobs().stop_job(job_id)
-        except Exception:
+        except Exception:  # noqa: BLE001 - the status read says whether it stopped
             self._job_client = None
 
     def job_log_lines(self, job_id: str) -> list[str]:
