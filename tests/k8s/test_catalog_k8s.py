@@ -48,7 +48,14 @@ MONITOR_INTERVAL_S = 0.2
 #: verdict for what happened, and minutes of CI that judge this box, not the harness. So here
 #: the catalog's in-place head kills (mode head) delete the head pod instead (mode pod: a new
 #: head pod, which does not show it); the in-place mechanics on real pods — the container
-#: killed, restarted by the kubelet, seen back — are test_world_ray's.
+#: killed, restarted by the kubelet, seen back — are test_world_ray's. Tried and measured
+#: (2026-12-02): Ray 2.60's raylet waits a fixed 15 s for the agent's port files —
+#: ``RAY_agent_register_timeout_ms=60000`` does not change it, and with every agent port
+#: pinned (``--dashboard-agent-grpc-port``, ``--metrics-export-port``,
+#: ``--dashboard-agent-listen-port``, ``--runtime-env-agent-port``) it still aborts on
+#: ``dashboard_agent_listen_port_<node>`` (an agent held 22 s at start, on loopback); on the
+#: world the head then crash-looped 5 times in 5 minutes. Nothing a RayCluster can set avoids
+#: it; a head whose pod has its own CPUs starts its agent well inside 15 s.
 IN_PLACE_AS_POD = "pod"
 #: (test id, catalog file, kill_head mode or None, marks)
 CATALOG = [pytest.param(test_id, src, mode, id=test_id, marks=marks)
