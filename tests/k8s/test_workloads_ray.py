@@ -1,15 +1,22 @@
-"""The world's RayJob and RayService operators with real Ray behind the pods (one world per
-test; run under ``flock /tmp/raychaos-cluster.lock``): a RayJob's job runs and its fate reads
-the same from the RayJob, the Jobs API and the driver — until the head pod is deleted, when in
-K8sJobMode the RayJob goes Failed (SubmissionFailed) while the job and its driver go on; a
-RayService's application is deployed from serveConfigV2, promoted, and answers through
-``<name>-serve-svc``. Teardown proves nothing is left."""
+"""The world's RayJob and RayService operators with real Ray behind the pods, and the catalog's
+two workload experiments run on them as a user runs them (one world per test; run under
+``flock /tmp/raychaos-cluster.lock``): a RayJob's job runs and its fate reads the same from
+the RayJob, the Jobs API and the driver — until ``rayjob-head-kill.yaml`` deletes the head pod,
+when in K8sJobMode the RayJob goes Failed (SubmissionFailed) while the job and its driver go
+on (the run passes: it expects exactly that); a RayService's application is deployed from
+serveConfigV2, promoted, answers through ``<name>-serve-svc``, and rides out
+``rayservice-head-kill.yaml`` (gcs_server killed, then the head pod deleted, under Locust
+users) with the user's application left in place. Teardown proves nothing is left."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -18,12 +25,29 @@ from raychaos.probes.jobfate import api_fate, driver_fate, rayjob_fate
 from raychaos.targets.kubernetes.target import KubernetesTarget
 from tests.k8s.world import World
 
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="real pods need root (netns)"),
-    # not yet run on the shared box (the cluster lock was busy): opt in until it has passed once
-    pytest.mark.skipif(os.environ.get("RAYCHAOS_WORLD_WORKLOADS") != "1",
-                       reason="set RAYCHAOS_WORLD_WORKLOADS=1 (two real-Ray worlds, minutes)"),
-]
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="real pods need root (netns)")]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def raychaos_run(w: World, experiment: str, flag: str, results: Path) -> tuple[int, dict, str]:
+    """``raychaos run experiments/EXPERIMENT --target kubernetes --rayjob|--rayservice NAME``
+    as a user runs it, in its own process: (exit code, summary, output)."""
+    cmd = [sys.executable, "-m", "raychaos.cli", "run", f"experiments/{experiment}", "--target",
+           "kubernetes", "--kubeconfig", w.kubeconfig, "--namespace", w.namespace, flag,
+           str(w.workload_name), "--results", str(results)]
+    env = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{REPO}")
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
+                          check=False, env=env)
+    out = proc.stdout + proc.stderr
+    runs = [d for d in results.iterdir() if (d / "summary.json").exists()] \
+        if results.exists() else []
+    assert len(runs) == 1, f"exit {proc.returncode}, no single summary:\n{out[-4000:]}"
+    return proc.returncode, json.loads((runs[0] / "summary.json").read_text()), out
+
+
+def brief(summary: dict) -> str:
+    return json.dumps({k: summary.get(k) for k in ("verdict", "checks", "errors", "faults")},
+                      indent=1, default=str)[:5000]
 
 
 def wait(pred, timeout: float, what: str):  # noqa: ANN001
@@ -36,7 +60,7 @@ def wait(pred, timeout: float, what: str):  # noqa: ANN001
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def test_rayjob_fate_three_ways_and_a_head_loss_in_k8sjobmode():
+def test_rayjob_fate_three_ways_and_a_head_loss_in_k8sjobmode(tmp_path):
     w = World(name="t-rj", cluster="train", workload="rayjob",
               state_root="/tmp/raychaos-world-tests").start()
     try:
@@ -53,9 +77,15 @@ def test_rayjob_fate_three_ways_and_a_head_loss_in_k8sjobmode():
                 "RAYCHAOS_PROGRESS" in x for x in lines), 120, "the driver's progress")
             assert rayjob_fate(owner) == api_fate(t.job_status(job_id)) == "running"
             assert driver_fate(lines, time.time(), time.time(), 20)[0] == "running"
-            old = t.head_identity()
-            t.kill_head("pod", {})
-            t.wait_head_back(old, timeout=240)
+            # the catalog's experiment, as a user runs it: the head pod deleted under the
+            # RayJob, and the job's fate read three ways by job_status_consistent
+            code, summary, out = raychaos_run(w, "rayjob-head-kill.yaml", "--rayjob",
+                                              tmp_path / "results")
+            assert code == 0, f"{brief(summary)}\n--- output ---\n{out[-3000:]}"
+            probes = {p["name"]: p for p in summary["probes"]}
+            assert probes["job_status_consistent"]["verdict"] == "pass", probes
+            [fault] = summary["faults"]
+            assert fault["fault"] == "kill_head" and fault["state"] == "undone", fault
             failed = wait(lambda: (o := t.owner()).get("job_deployment_status") == "Failed"
                           and o, 60, "the RayJob Failed with its submitter")
             assert failed["reason"] == "SubmissionFailed"
@@ -70,7 +100,7 @@ def test_rayjob_fate_three_ways_and_a_head_loss_in_k8sjobmode():
         assert w.stop() == []
 
 
-def test_rayservice_serves_through_its_serve_service():
+def test_rayservice_serves_through_its_serve_service_and_rides_out_a_head_kill(tmp_path):
     w = World(name="t-rs", cluster="chat", workload="rayservice",
               state_root="/tmp/raychaos-world-tests").start()
     try:
@@ -87,6 +117,17 @@ def test_rayservice_serves_through_its_serve_service():
             url = t.serve_url()
             with urllib.request.urlopen(f"{url}/healthz", timeout=30) as reply:
                 assert reply.status == 200
+            # the catalog's experiment: gcs_server killed, then the head pod deleted, under
+            # Locust users through <name>-serve-svc; the user's application is left alone
+            code, summary, out = raychaos_run(w, "rayservice-head-kill.yaml", "--rayservice",
+                                              tmp_path / "results")
+            assert code == 0, f"{brief(summary)}\n--- output ---\n{out[-3000:]}"
+            assert [f["state"] for f in summary["faults"]] == ["undone", "undone"]
+            # after a new head pod Serve deploys the application again (DEPLOYING, then
+            # RUNNING): it is still there, the user's, not removed by the harness
+            assert "raychaos" in t.owner()["applications"], "the harness removed the user's app"
+            wait(lambda: t.owner().get("applications") == {"raychaos": "RUNNING"}, 240,
+                 "the application RUNNING again")
         finally:
             t.close()
     finally:
