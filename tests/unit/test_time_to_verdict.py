@@ -20,7 +20,7 @@ from test_lifecycle import EXP, REPO, _env
 
 from raychaos.config.settings import LocalClusterSpec
 from raychaos.run.phases import Phases, format_phases
-from raychaos.run.recovery_window import back_at_baseline
+from raychaos.run.recovery_window import back_at_baseline, measurable_from
 from raychaos.run.runner import RunOutcome
 from raychaos.run.series import run_gameday, run_trials
 from raychaos.run.serve import app_name, deployed_apps
@@ -89,6 +89,30 @@ def test_recovery_window_ends_when_the_loads_are_back_at_baseline() -> None:
     down = _timeline(2) + [{"t": 20.0, "kind": "sample", "gcs_up": True, "nodes_alive": 2}]
     assert not back_at_baseline(down)[0], "a node is still missing"
     assert back_at_baseline([{"t": 0, "kind": "sample", "gcs_up": True}])[0], "no fault"
+
+
+def test_the_window_lasts_until_the_verdict_can_see_the_loads_back() -> None:
+    """A storm that never dipped is 'back' the moment the fault ends, but the verdict measures
+    throughput_recovery_s on whole seconds after chaos and before loads_stopped: stopping the
+    loads then leaves it one second ('never came back', seen on the KubeRay world)."""
+    from raychaos.config.settings import SloSpec
+    from raychaos.observe.slo import metric_value
+    from raychaos.observe.windows import windows
+
+    slo = SloSpec(name="back", metric="throughput_recovery_s", op="<=", threshold=2.0,
+                  load="storm")
+    records = _timeline(back_after=0)
+    assert back_at_baseline(records)[0]
+    at = measurable_from(records)
+    assert at == 12.0 + 3 + 1.5
+
+    def stopped(t: float) -> list[dict[str, Any]]:
+        return [*records, {"t": t, "kind": "event", "event": "loads_stopped", "name": ""}]
+
+    early, late = stopped(13.4), stopped(at)
+    assert metric_value(slo, early, windows(early), {})[0] is None, "one second: not seen"
+    assert metric_value(slo, late, windows(late), {})[0] == 0.0, "stopped then: seen back"
+    assert measurable_from([{"t": 0, "kind": "sample", "gcs_up": True}]) == 0.0, "no fault"
 
 
 def test_a_fake_run_reports_its_phases_and_asks_the_watcher(tmp_path: Path) -> None:

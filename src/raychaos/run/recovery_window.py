@@ -22,7 +22,14 @@ import time
 from typing import Any
 
 from raychaos.context import Run
-from raychaos.observe.loadstats import baseline_pace, load_end, load_names, series, time_back
+from raychaos.observe.loadstats import (
+    BACK_SPAN_S,
+    baseline_pace,
+    load_end,
+    load_names,
+    series,
+    time_back,
+)
 from raychaos.observe.windows import windows
 from raychaos.results.store import Ev, read_timeline
 
@@ -56,12 +63,27 @@ def back_at_baseline(records: list[dict[str, Any]]) -> tuple[bool, dict[str, Any
     return loads_back and bool(detail["cluster"]), detail
 
 
+def measurable_from(records: list[dict[str, Any]]) -> float:
+    """The earliest run time at which the loads may stop for ``throughput_recovery_s`` to be
+    measurable: the verdict counts whole seconds after chaos ending before ``loads_stopped``,
+    and needs ``BACK_SPAN_S`` of them. Seen on the KubeRay world: loads back 1.4 s after a
+    rollback, the window ended, and the SLO found one second after chaos — "never came back"
+    for a storm at 100 % of its pace."""
+    wins = windows(records)
+    if "chaos" not in wins:
+        return 0.0
+    return float(wins["chaos"][1]) + BACK_SPAN_S + 1.5
+
+
 def observe_recovery(run: Run, bound_s: float) -> dict[str, Any]:
     """Wait until :func:`back_at_baseline` holds or ``bound_s`` passes; the evidence."""
     t0 = time.monotonic()
     deadline = t0 + bound_s
     while True:
-        back, detail = back_at_baseline(read_timeline(run.timeline.path))
+        records = read_timeline(run.timeline.path)
+        back, detail = back_at_baseline(records)
+        if back and run.clock.t() < measurable_from(records):
+            back = False  # back, but the verdict could not see it yet: a few seconds more
         if back or time.monotonic() >= deadline:
             break
         run.timeline.wait(min(1.0, max(0.0, deadline - time.monotonic())))
