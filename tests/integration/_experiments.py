@@ -27,6 +27,32 @@ def method_args(data: dict[str, Any], func: str) -> dict[str, Any]:
     return act["provider"].setdefault("arguments", {})
 
 
+def run_on_warm(name: str, cluster: tuple[Any, Path], tmp_path: Path, *, slo: str | None = None,
+                change: Callable[[dict[str, Any]], None] | None = None,
+                recovery_window_s: float = 10) -> tuple[int, dict[str, Any], Path]:
+    """Run ``experiments/NAME.yaml`` on the shared warm cluster with the integration tier's
+    monitor windows (``change`` edits it further); (exit code, summary, run folder)."""
+    import json
+
+    from raychaos.run.runner import run_experiment_file
+
+    _target, root = cluster
+
+    def edit(data: dict[str, Any]) -> None:
+        block = raychaos_block(data)
+        block["target"] = {"kind": "local", "local": {"name": WARM, "head_restart_delay_s": 1}}
+        block["monitor"] = {"interval_s": 0.2, "settle_s": 3,
+                            "recovery_window_s": recovery_window_s}
+        if change:
+            change(data)
+
+    exp = variant(f"experiments/{name}.yaml", tmp_path / f"{name}.yaml", edit)
+    code = run_experiment_file(exp, slo=slo, results_root=str(tmp_path / "results"),
+                               state_root=str(root), quiet=True)
+    [run_dir] = list((tmp_path / "results").iterdir())
+    return code, json.loads((run_dir / "summary.json").read_text()), run_dir
+
+
 #: run folders whose restarted head crash-looped (``xfail_if_head_crash_looped``)
 CRASH_LOOPS: list[Path] = []
 NOTHING_LEFT = {"processes": [], "namespaces": [], "links": [], "state_dir": []}

@@ -19,16 +19,14 @@ import json
 
 import pytest
 
-from raychaos.run.runner import run_experiment_file
-
 from ._experiments import (
     REPO,
     WARM,
     method_args,
     module_cluster,
     raychaos_block,
+    run_on_warm,
     slower_than_calibrated,
-    variant,
     why_failed,
     xfail_if_head_crash_looped,
 )
@@ -44,20 +42,8 @@ def cluster(warm_cluster):
 
 
 def _run(name, cluster, tmp_path, slo=None, change=None):
-    target, root = cluster
-
-    def edit(data):
-        block = raychaos_block(data)
-        block["target"] = {"kind": "local", "local": {"name": NAME, "head_restart_delay_s": 1}}
-        block["monitor"] = {"interval_s": 0.2, "settle_s": 3, "recovery_window_s": 10}
-        if change:
-            change(data)
-
-    exp = variant(f"experiments/{name}.yaml", tmp_path / f"{name}.yaml", edit)
-    code = run_experiment_file(exp, slo=slo, results_root=str(tmp_path / "results"),
-                               state_root=str(root), quiet=True)
-    [run_dir] = list((tmp_path / "results").iterdir())
-    return code, json.loads((run_dir / "summary.json").read_text())
+    code, summary, _run_dir = run_on_warm(name, cluster, tmp_path, slo=slo, change=change)
+    return code, summary
 
 
 @pytest.mark.parametrize("name", CATALOG)

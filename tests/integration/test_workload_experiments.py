@@ -11,15 +11,12 @@ import json
 
 import pytest
 
-from raychaos.run.runner import run_experiment_file
-
 from ._experiments import (
     REPO,
-    WARM,
     module_cluster,
     raychaos_block,
+    run_on_warm,
     slower_than_calibrated,
-    variant,
     why_failed,
     xfail_if_head_crash_looped,
 )
@@ -31,20 +28,7 @@ def cluster(warm_cluster):
 
 
 def _run(name, cluster, tmp_path, change=None):  # noqa: ANN001, ANN202
-    target, root = cluster
-
-    def edit(data):  # noqa: ANN001, ANN202
-        block = raychaos_block(data)
-        block["target"] = {"kind": "local", "local": {"name": WARM, "head_restart_delay_s": 1}}
-        block["monitor"] = {"interval_s": 0.2, "settle_s": 3, "recovery_window_s": 8}
-        if change:
-            change(data)
-
-    exp = variant(f"experiments/{name}.yaml", tmp_path / f"{name}.yaml", edit)
-    code = run_experiment_file(exp, results_root=str(tmp_path / "results"),
-                               state_root=str(root), quiet=True)
-    [run_dir] = list((tmp_path / "results").iterdir())
-    return code, json.loads((run_dir / "summary.json").read_text()), run_dir
+    return run_on_warm(name, cluster, tmp_path, change=change, recovery_window_s=8)
 
 
 def _passes(code, summary, run_dir):  # noqa: ANN001, ANN202
