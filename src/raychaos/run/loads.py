@@ -45,10 +45,9 @@ def stop_and_confirm(target: Any, jobs: dict[str, str], within_s: float | None =
     """Stop every job (name → job ID) and wait until none is PENDING or RUNNING, sending the
     stop again every ``resend_s`` (one sent while the dashboard was being replaced is lost).
     Returns, per name: job ID, last status read, stop requests sent (and the seconds spent in
-    them), and the seconds until it
-    was no longer active (``None``: still active after ``within_s``). A job whose status cannot
-    be read (``UNKNOWN``: the cluster does not answer) is not waited for: nothing can confirm
-    it."""
+    them), and the seconds until it was no longer active (``None``: still active after
+    ``within_s``). A job whose status cannot be read (``UNKNOWN``: the cluster does not
+    answer) is not waited for: nothing can confirm it."""
     t0 = time.monotonic()
     out: dict[str, dict[str, Any]] = {
         n: {"job_id": j, "status": None, "stop_requests": 0, "request_s": 0.0, "s": None}
