@@ -55,7 +55,7 @@ def run_on_warm(name: str, cluster: tuple[Any, Path], tmp_path: Path, *, slo: st
 
 #: run folders whose restarted head crash-looped (``xfail_if_head_crash_looped``)
 CRASH_LOOPS: list[Path] = []
-NOTHING_LEFT = {"processes": [], "namespaces": [], "links": [], "state_dir": []}
+NOTHING_LEFT = {"processes": [], "namespaces": [], "links": [], "cgroups": [], "state_dir": []}
 WARM = "itwarm"  # the one local cluster the integration modules share (conftest.warm_cluster)
 
 

@@ -9,7 +9,7 @@ from raychaos.config.settings import LocalClusterSpec
 from raychaos.run.runner import run_experiment_file
 from raychaos.targets.local.target import LocalTarget
 
-from ._experiments import REPO, method_args, raychaos_block, variant
+from ._experiments import NOTHING_LEFT, REPO, method_args, raychaos_block, variant
 
 NAME = "itneg"
 
@@ -44,4 +44,4 @@ def test_head_kill_without_gcs_fault_tolerance_fails_and_says_what_was_lost(tmp_
     assert probes["gcs_recovery"]["evidence"]["workers_lost"], "workers did not re-register"
     failed = {s["name"] for s in summary["slos"] if s["verdict"] == "fail"}
     assert {"sentinel-actor-preserved", "load-jobs-survive", "workers-reregister"} <= failed
-    assert target.leftovers() == {"processes": [], "namespaces": [], "links": [], "state_dir": []}
+    assert target.leftovers() == NOTHING_LEFT

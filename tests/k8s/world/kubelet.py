@@ -24,14 +24,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+from raychaos.targets.local.cpu import PREFIX, cpu_groups, shares_for
 from tests.k8s.world._host import pull_image
 from tests.k8s.world.api import Api
 from tests.k8s.world.controllers import record_event
 from tests.k8s.world.podworker import PodWorker
+from tests.k8s.world.scheduler import quantity
 
-__all__ = ["Kubelet", "go_duration", "normalize_image"]
+__all__ = ["Kubelet", "go_duration", "normalize_image", "world_cpu_group"]
 
 log = logging.getLogger("world.kubelet")
+
+
+def world_cpu_group(world: str) -> str:
+    """The world's CPU group: a group per node below it (the node's capacity), a group per pod
+    below that (the pod's requests) — how a kubelet gives pods their CPU requests, so a storm on
+    the workers' nodes cannot starve the head's node (:mod:`raychaos.targets.local.cpu`)."""
+    return f"{PREFIX}world-{world}"
 
 
 def go_duration(seconds: float) -> str:
@@ -73,8 +82,12 @@ class Kubelet:
         self.starting: dict[str, float] = {}  # pod uid -> when its Ray container started
         self.lock = threading.Lock()
         self.stopping = False
+        self.cpu = cpu_groups()  # None: not root / no CPU controller (pods run ungrouped)
 
-    def add_node(self, name: str) -> None:
+    # --- CPU: a group per node (its capacity) and per pod (its request), as a kubelet does ---
+    def add_node(self, name: str, cpus: float = 2.0) -> None:
+        if self.cpu is not None:
+            self.cpu.ensure(f"{world_cpu_group(self.world)}/{name}", shares_for(cpus))
         self.nodes.add(name)
         self.images.setdefault(name, set())
         self.pull_locks.setdefault(name, threading.Lock())
@@ -94,6 +107,22 @@ class Kubelet:
                     w.start()
             for uid in [u for u, w in self.workers.items() if not w.is_alive() and w.done]:
                 self.workers.pop(uid)
+
+    def pod_cpu_group(self, pod: dict, node: str) -> tuple[Any, str] | None:
+        """The pod's group under its node's, weighted by the pod's CPU requests. A pod with
+        none (BestEffort) weighs one CPU here, not the kubelet's 2 shares: this box's tool
+        pods (tc, iperf3) would otherwise wait seconds behind a task storm."""
+        if self.cpu is None:
+            return None
+        cpus = sum(quantity(((c.get("resources") or {}).get("requests") or {}).get("cpu", 0))
+                   for c in pod["spec"]["containers"]) or 1.0
+        group = f"{world_cpu_group(self.world)}/{node}/{pod['metadata']['uid']}"
+        self.cpu.ensure(group, shares_for(cpus))
+        return self.cpu, group
+
+    def remove_pod_cpu_group(self, node: str, uid: str) -> None:
+        if self.cpu is not None:
+            self.cpu.remove(f"{world_cpu_group(self.world)}/{node}/{uid}")
 
     def stop(self) -> None:
         self.stopping = True

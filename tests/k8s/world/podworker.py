@@ -99,6 +99,7 @@ class PodWorker(threading.Thread):
             if self.ip and self.netns != self.k.net.nodes[self.node].netns:
                 self.k.net.remove_pod(self.node, self.uid)
             self.k.starting.pop(self.uid, None)
+            self.k.remove_pod_cpu_group(self.node, self.uid)
             if not self.abort:
                 self.k.api.finish_pod(self.ns, self.name, self.uid)
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -170,7 +171,7 @@ class PodWorker(threading.Thread):
                 for a in list(c.get("command") or []) + list(c.get("args") or [])]
         return Container(c["name"], self.netns, self.name, argv or ["sleep", "infinity"], env,
                          tmp, self.dir / f"{c['name']}-{n}.log",
-                         mounts, self.k.nice_for(pod))
+                         mounts, self.k.nice_for(pod), self.k.pod_cpu_group(pod, self.node))
 
     # --- lifecycle -----------------------------------------------------------------------------
     def _run(self) -> None:

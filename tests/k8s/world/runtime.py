@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -59,6 +60,7 @@ class Container:
     log_path: Path
     mounts: list[Mount] = field(default_factory=list)
     nice: int = 0
+    cpu_group: tuple[Any, str] | None = None  # (CpuGroups, group): the pod's CPU request
     proc: subprocess.Popen | None = None
     started_at: float = 0.0
 
@@ -91,6 +93,9 @@ class Container:
         cmd = ["ip", "netns", "exec", self.netns, "unshare", "--mount", "--pid", "--fork",
                "--mount-proc", "--uts", "--kill-child=SIGKILL", "--propagation", "private",
                "--", "/bin/sh", "-c", self.setup_script(), "--", *self.argv]
+        if self.cpu_group is not None:
+            groups, group = self.cpu_group
+            cmd = groups.join_command(group, cmd)
         if self.nice:
             cmd = ["nice", "-n", str(self.nice), *cmd]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -228,7 +228,8 @@ class World:
         host_ip = "127.0.0.1"
         if spec.kubelet == "real":
             host_ip = self.net.add_node(spec.name).uplink_ip
-            self.kubelet.add_node(spec.name)
+            from tests.k8s.world.scheduler import quantity
+            self.kubelet.add_node(spec.name, quantity(spec.cpu))
             self.net.write_hosts(self.services.hosts_text(), [self.net.nodes[spec.name].netns])
         elif spec.kubelet == "sim":
             self.sim.add_node(spec.name, host_ip)
@@ -391,6 +392,11 @@ def cleanup(name: str, state_root: Path | str = STATE_ROOT, keep_state: bool = F
     net = WorldNet(name)
     net.destroy()
     left += net.leftovers()
+    from raychaos.targets.local.cpu import cpu_groups
+    from tests.k8s.world.kubelet import world_cpu_group
+    groups = cpu_groups()
+    if groups is not None:  # its processes are gone: the node and pod groups are empty
+        left += [f"cgroup {g}" for g in groups.remove(world_cpu_group(name))]
     folder = Path(state_root) / name
     if not keep_state:
         shutil.rmtree(folder, ignore_errors=True)

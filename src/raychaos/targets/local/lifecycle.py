@@ -23,7 +23,7 @@ from typing import Any
 
 from raychaos.config.settings import LocalClusterSpec
 from raychaos.errors import TargetUnavailable
-from raychaos.targets.local import storage
+from raychaos.targets.local import cpu, storage
 from raychaos.targets.local.cluster import LocalCluster
 from raychaos.targets.local.network.pods import netns_supported
 from raychaos.targets.local.nodes import NodePlan, find_marked, kill_tree, wait_gone
@@ -68,6 +68,10 @@ def up(cluster: LocalCluster, spec: LocalClusterSpec, say: Callable[[str], None]
                 cluster.net.ensure_node(plan.name, plan.index)
         cluster.write(desired)
         _attach_disks(cluster, spec, plans, desired)
+        groups = cpu.cpu_groups() if mode == "netns" else None
+        if groups is not None:  # the pods' weights (:mod:`.cpu`), made before any pod starts
+            groups.ensure(cpu.cluster_group(spec.name),
+                          sum(cpu.shares_for(p.cpu_request) for p in plans))
         say(f"starting local cluster '{spec.name}' ({mode} mode): head + {spec.workers} "
             f"workers, {spec.gpu_workers} with GPUs")
         with open(cluster.state_dir / "supervisor.log", "ab") as log:
@@ -146,6 +150,9 @@ def down(cluster: LocalCluster) -> dict[str, Any]:
     storage_left = storage.release_disks((cluster.desired() or {}).get("disks") or [],
                                          cluster.state_dir)
     cluster.net.destroy()
+    groups = cpu.cpu_groups()
+    if groups is not None:  # empty once its processes are gone; leftovers() names one that is not
+        groups.remove(cpu.cluster_group(cluster.name))
     for plan in plans:
         shutil.rmtree(plan.mount_point, ignore_errors=True)
     shutil.rmtree(cluster.state_dir, ignore_errors=True)
@@ -155,8 +162,11 @@ def down(cluster: LocalCluster) -> dict[str, Any]:
 
 def leftovers(cluster: LocalCluster) -> dict[str, list[Any]]:
     """What of this cluster still exists on the machine (empty lists after ``down``)."""
+    groups = cpu.cpu_groups()
     return {"processes": [p.pid for p in find_marked(cluster.name)],
             "namespaces": cluster.net.namespaces(), "links": cluster.net.links(),
+            "cgroups": [g for g in (groups.existing(cpu.cluster_group(cluster.name)) if groups
+                                    else []) if g == cpu.cluster_group(cluster.name)],
             # the state folder, and any spill-disk mount or loop device made from it
             "state_dir": ([str(cluster.state_dir)] if cluster.state_dir.exists() else [])
             + [str(d.get("mount") or d.get("loop"))

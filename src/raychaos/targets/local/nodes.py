@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 
+from raychaos.targets.local import cpu
 from raychaos.targets.local.storage import shm_mount
 
 __all__ = ["MARKER", "NodePlan", "find_child", "find_marked", "kill_tree", "pid_alive",
@@ -53,6 +54,7 @@ class NodePlan:
     env: dict[str, str] = field(default_factory=dict)
     shm_bytes: int = 0  # the pod's own /dev/shm (a tmpfs); 0: the host's
     spill_dir: str = ""  # --object-spilling-directory as the pod sees it; "": Ray's default
+    cpu_request: float = 1.0  # the pod's weight against the others (:mod:`.cpu`)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,10 +131,16 @@ def start_node(plan: NodePlan, cluster: str, gcs_address: str, log_path: Path
                str(node_dir), plan.mount_point, *ray_cmd]
     else:
         cmd = ray_cmd
-    if plan.role != "head":
-        # On Kubernetes the head pod has CPU of its own (requests); on one small box the
-        # workers, which carry all the load, would starve a restarting head until Ray's fixed
-        # 30 s registration wait runs out. A lower priority plays the part of the request.
+    groups = cpu.cpu_groups() if plan.netns else None
+    if groups is not None:
+        # the pod's CPU request, as a cgroup: the whole pod weighs what it asks for
+        group = cpu.pod_group(cluster, plan.name)
+        groups.ensure(group, cpu.shares_for(plan.cpu_request))
+        cmd = groups.join_command(group, cmd)
+    elif plan.role != "head":
+        # Without CPU groups: on Kubernetes the head pod has CPU of its own (requests); on one
+        # small box the workers, which carry all the load, would starve a restarting head
+        # until Ray's fixed waits run out. A lower priority plays the part of the request.
         cmd = ["nice", "-n", str(WORKER_NICENESS), *cmd]
     log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
     try:

@@ -74,6 +74,9 @@ def plan_nodes(spec: LocalClusterSpec, state_dir: Path, net: PodNetwork,
             name=name, index=index, role="head" if head else "worker", ip=ip, netns=netns,
             node_dir=str(state_dir / "nodes" / name), mount_point=mount,
             cpus=spec.head_cpus if head else spec.cpus_per_worker,
+            # the pod's CPU request (its weight against the other pods, :mod:`.cpu`): a head
+            # carries the GCS and the dashboard whatever its Ray CPUs, as KubeRay sizes it
+            cpu_request=max(2.0, spec.head_cpus) if head else max(1.0, spec.cpus_per_worker),
             gpus=spec.gpus_per_gpu_worker if gpu else 0.0,
             memory_bytes=spec.memory_mb * mb,
             object_store_bytes=spec.object_store_mb * mb,

@@ -1,0 +1,118 @@
+"""A pod's share of the CPU, as a Kubernetes CPU request gives it: a cgroup per pod.
+
+On Kubernetes the kubelet puts each pod in a cgroup whose weight comes from its CPU request
+(``cpu.shares = millicores * 1024 / 1000`` on cgroup v1), and the head usually has a node of
+its own. On one small machine every process of every "pod" competes with every other: a task
+storm's dozen worker processes outweigh a restarting head, whose dashboard agent then misses
+the raylet's fixed 15 s wait for its port files and the head crash-loops — a failure of the box,
+not of Ray. Per-process ``nice`` cannot fix that (ten busy workers at nice 5 still outweigh one
+agent at nice -5); a group per pod can: the whole pod weighs what its request says, however many
+processes it runs.
+
+So each local pod gets ``raychaos-<cluster>-<node>`` in the CPU controller, the pod's first
+process joins it before it execs anything (every process of the pod inherits it), and ``down``
+removes it. cgroup v1 (``/sys/fs/cgroup/cpu``, ``cpu.shares``) is what this machine has and what
+the tests run on; on a cgroup v2 host the same groups are made under ``/sys/fs/cgroup`` with
+``cpu.weight`` converted from the shares as the kubelet converts them. Where neither can be
+written (not root, no CPU controller), or with ``RAYCHAOS_CPU_GROUPS=off`` in the environment,
+pods run ungrouped and workers keep a lower ``nice``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["CpuGroups", "cluster_group", "cpu_groups", "pod_group", "shares_for"]
+
+V1_ROOT = Path("/sys/fs/cgroup/cpu")
+V2_ROOT = Path("/sys/fs/cgroup")
+PREFIX = "raychaos-"
+
+
+def cluster_group(cluster: str) -> str:
+    """The group of a local cluster's pods (its weight: the sum of theirs)."""
+    return f"{PREFIX}{cluster}"
+
+
+def pod_group(cluster: str, node: str) -> str:
+    return f"{cluster_group(cluster)}/{node}"
+
+
+def shares_for(cpus: float) -> int:
+    """cgroup v1 ``cpu.shares`` for a request of ``cpus`` (the kubelet's rule, minimum 2)."""
+    return max(2, int(cpus * 1024))
+
+
+def weight_for(shares: int) -> int:
+    """cgroup v2 ``cpu.weight`` for v1 shares (the kubelet's conversion)."""
+    return 1 + ((max(2, min(shares, 262144)) - 2) * 9999) // 262142
+
+
+@dataclass(frozen=True)
+class CpuGroups:
+    """The CPU controller of this machine: where groups live and how a weight is written."""
+
+    root: Path
+    version: int  # 1 or 2
+
+    def path(self, *names: str) -> Path:
+        return self.root.joinpath(*names)
+
+    def ensure(self, name: str, shares: int) -> Path:
+        """Make (or re-weigh) group ``name`` (a relative path, nested with ``/``)."""
+        path = self.root / name
+        path.mkdir(parents=True, exist_ok=True)
+        if self.version == 1:
+            (path / "cpu.shares").write_text(str(shares))
+        else:
+            (path / "cpu.weight").write_text(str(weight_for(shares)))
+        return path
+
+    def join_command(self, name: str, cmd: list[str]) -> list[str]:
+        """``cmd`` preceded by a shell that moves itself into group ``name`` and then execs
+        it: the pod's first process is in the group before it can start anything."""
+        procs = self.root / name / "cgroup.procs"
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), *cmd]
+
+    def remove(self, name: str) -> list[str]:
+        """Remove group ``name`` and the groups under it, deepest first; what could not be
+        removed (a process still in it) is returned."""
+        top = self.root / name
+        if not top.exists():
+            return []
+        left = []
+        for path in sorted((p for p in top.rglob("*") if p.is_dir()),
+                           key=lambda p: len(p.parts), reverse=True) + [top]:
+            try:
+                path.rmdir()
+            except OSError:
+                left.append(str(path))
+        return left
+
+    def existing(self, prefix: str) -> list[str]:
+        """The top-level groups whose name starts with ``prefix``."""
+        try:
+            return sorted(p.name for p in self.root.iterdir()
+                          if p.is_dir() and p.name.startswith(prefix))
+        except OSError:
+            return []
+
+
+def cpu_groups(v1_root: Path = V1_ROOT, v2_root: Path = V2_ROOT) -> CpuGroups | None:
+    """The machine's CPU controller when this process may make groups in it, else None."""
+    if os.geteuid() != 0 or os.environ.get("RAYCHAOS_CPU_GROUPS", "").lower() == "off":
+        return None
+    if (v1_root / "cpu.shares").exists() and os.access(v1_root, os.W_OK):
+        return CpuGroups(v1_root, 1)
+    controllers = v2_root / "cgroup.controllers"
+    if controllers.exists() and "cpu" in controllers.read_text().split():
+        control = v2_root / "cgroup.subtree_control"
+        try:
+            if "cpu" not in control.read_text().split():
+                control.write_text("+cpu")
+        except OSError:
+            return None
+        return CpuGroups(v2_root, 2)
+    return None
