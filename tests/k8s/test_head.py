@@ -80,6 +80,49 @@ def test_an_exec_that_never_reached_the_container_fails_the_kill(sim, target, mo
         target.kill_head(mode, {})
 
 
+class _ExecEndedWithTheContainer:
+    """A kubelet whose exec dies of SIGKILL, as one does when the kill takes the container's
+    PID 1 down with it (``ray start --block`` exits once gcs_server is gone); ``restart``: the
+    kubelet also restarts the container (restartCount up) — or never does."""
+
+    def __init__(self, sim, restart: bool):  # noqa: ANN001
+        self.sim, self.restart = sim, restart
+
+    def exec(self, pod, container, command, stdin=False, tty=False):  # noqa: ANN001, ANN201
+        import subprocess
+
+        if self.restart:
+            def bump(p: dict) -> None:
+                p["status"]["containerStatuses"][0]["restartCount"] += 1
+
+            self.sim.store.mutate("pods", "ray", pod["metadata"]["name"], bump)
+        return subprocess.Popen(["sh", "-c", "kill -KILL $$"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE), None
+
+
+@pytest.mark.parametrize("mode", ["gcs", "head"])
+def test_a_kill_whose_exec_went_with_the_container_lands_on_the_restart(sim, target, mode):
+    """137 from the exec is not a failed kill when the container died: the restart count
+    that went up is the proof."""
+    sim.server.backend = _ExecEndedWithTheContainer(sim, restart=True)
+    before = target.head_identity()["restart_count"]
+    evidence = target.kill_head(mode, {})
+    assert evidence["proof"]["exec"]["exit_code"] == 137
+    assert evidence["proof"]["ended_with_the_container"] == {"restart_count": before + 1}
+
+
+def test_a_kill_whose_exec_was_killed_but_no_container_died_fails(sim, target, monkeypatch):
+    from raychaos.targets.kubernetes import head as k8s_head
+
+    monkeypatch.setattr(k8s_head, "DEATH_SEEN_WITHIN_S", 1.0)
+    sim.server.backend = _ExecEndedWithTheContainer(sim, restart=False)
+    with pytest.raises(FaultFailed, match=r"kill_head: 'pkill -KILL gcs_server' in "
+                                          r"ray/demo-head-\w+ ended by SIGKILL \(137\) and the "
+                                          r"container did not restart within 1 s: the kill "
+                                          r"is not proven"):
+        target.kill_head("gcs", {})
+
+
 def test_kill_gcs_plans_exec_in_dry_run(sim, make_target):
     target = make_target(dry_run=True)
     old = target.head_identity()

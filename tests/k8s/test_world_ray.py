@@ -60,6 +60,32 @@ def wait(pred, timeout: float, what: str):  # noqa: ANN001
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+#: one line per GCS start in gcs_server.out: what the harness's log counts must follow across a
+#: container restarted in place (new logs) and a new head pod (new logs again)
+GCS_STARTED = "GcsServer server started"
+LOG_COUNTS: list[int] = []
+
+
+@pytest.fixture(scope="module")
+def harness(world):
+    """raychaos's own Kubernetes target, connected once for the module (its cumulative log
+    counts must survive the head's restarts)."""
+    from raychaos.config.settings import KubernetesSpec
+    from raychaos.targets.kubernetes.target import KubernetesTarget
+
+    t = KubernetesTarget(KubernetesSpec(cluster="demo", namespace="ray",
+                                        kubeconfig=world.kubeconfig), run_id="tworldray")
+    t.connect()
+    yield t
+    t.close()
+
+
+def gcs_starts(harness) -> int:  # noqa: ANN001
+    counts = harness.ray_log_counts(["head"], [GCS_STARTED])
+    LOG_COUNTS.append(counts["head"][GCS_STARTED])
+    return LOG_COUNTS[-1]
+
+
 def dashboard(world: World, path: str, timeout: float = 10) -> dict:
     with urllib.request.urlopen(world.proxy_url() + path, timeout=timeout) as resp:
         return json.loads(resp.read())
@@ -85,8 +111,17 @@ def ready(pod: dict | None) -> bool:
                              for c in pod["status"].get("conditions") or [])
 
 
-def test_ready_with_three_alive_ray_nodes(world, api):
+def test_ready_with_three_alive_ray_nodes(world, api, harness):
     nodes = wait(lambda: len(alive_nodes(world)) == 3 and alive_nodes(world), 120, "3 nodes")
+    assert gcs_starts(harness) == 1, "the head's GCS started once, read from its own logs"
+    # each node's logical resources, total and free, from the dashboard's load report
+    def reported():  # noqa: ANN202
+        nodes = harness.node_resources()
+        return len(nodes) == 3 and all(n.available is not None for n in nodes) and nodes
+
+    gpu = next(n for n in wait(reported, 60, "3 nodes in the load report") if n.gpus == 1)
+    assert gpu.resources["GPU"] == 1 and gpu.available is not None
+    assert gpu.resources["memory"] == 2**30 and "object_store_memory" in gpu.available
     ips = {p["status"]["podIP"] for p in world.ray_pods()}
     assert set(nodes.values()) == ips
     rc = world.store.get("rayclusters", "ray", "demo")
@@ -180,7 +215,7 @@ def test_exec_exit_codes_and_round_trip(world, api):
     assert "oops" in resp.read_stderr()
 
 
-def test_gcs_kill_restarts_the_head_container_in_place(world, api):
+def test_gcs_kill_restarts_the_head_container_in_place(world, api, harness):
     head = world.head_pod()
     uid, restarts = head["metadata"]["uid"], head["status"]["containerStatuses"][0][
         "restartCount"]
@@ -199,6 +234,8 @@ def test_gcs_kill_restarts_the_head_container_in_place(world, api):
     after = wait(lambda: workers_before <= set(alive_nodes(world)) and alive_nodes(world), 120,
                  "the same workers ALIVE (GCS FT)")
     assert workers_before <= set(after)
+    # the restarted container writes new logs; the count goes on from the old ones
+    assert wait(lambda: gcs_starts(harness) == 2, 30, "a second GCS start counted")
 
 
 def test_the_harness_kills_the_whole_head_container_and_sees_it_back(world):
@@ -232,6 +269,12 @@ def test_head_pod_delete_makes_a_new_head_pod(world, api):
     wait(lambda: len(alive_nodes(world)) >= 3, 180, "3 ALIVE nodes after the new head")
     # GCS FT on a store that outlives the pod: the workers' Ray nodes are the same ones
     MEASURED["head_delete_kept_worker_ids"] = float(workers_before <= set(alive_nodes(world)))
+
+
+def test_log_counts_follow_the_head_through_a_new_pod(world, harness):
+    """After the in-place restarts (the GCS kill, the whole container) and the new head pod,
+    the harness has counted every GCS start, each container's logs once."""
+    assert wait(lambda: gcs_starts(harness) == 4, 30, "four GCS starts counted"), LOG_COUNTS
 
 
 def test_eviction_moves_the_gpu_worker_and_cordons_strand_it(world, api):

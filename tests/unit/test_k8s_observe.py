@@ -112,3 +112,23 @@ def test_the_gcs_port_is_the_head_groups_and_kuberays_default_otherwise():
     assert gcs_port(head) == 6380
     assert gcs_port({"spec": {"headGroupSpec": {"rayStartParams": {}}}}) == GCS_PORT == 6379
     assert gcs_port({}) == GCS_PORT
+
+
+def test_the_load_reports_usage_lines_become_totals_and_free_shares():
+    """What the dashboard's node summary carried on the KubeRay world (a GPU worker, the head,
+    the CPU worker), and a node still holding some of everything."""
+    from raychaos.targets.kubernetes.dashboard import parse_usage
+
+    gpu = parse_usage("0.0/1.0 CPU\n0.0/1.0 GPU\n0B/1.00GiB memory\n"
+                      "0B/143.05MiB object_store_memory")
+    assert gpu["total"] == {"CPU": 1.0, "GPU": 1.0, "memory": 2**30,
+                            "object_store_memory": 143.05 * 2**20}
+    assert gpu["available"] == gpu["total"]
+    head = parse_usage("0B/1.00GiB memory\n0B/143.05MiB object_store_memory")
+    assert set(head["total"]) == {"memory", "object_store_memory"}
+    busy = parse_usage("0.5/1.0 CPU\n0.25/1.0 GPU\n512.00MiB/1.00GiB memory\n"
+                       "1.00KiB/143.05MiB object_store_memory\n3.0/4.0 raychaos_driver\n"
+                       "(no resource demands)")
+    assert busy["available"] == {"CPU": 0.5, "GPU": 0.75, "memory": 2**29,
+                                 "object_store_memory": 143.05 * 2**20 - 1024,
+                                 "raychaos_driver": 1.0}

@@ -83,11 +83,17 @@ class Kubelet:
         self.lock = threading.Lock()
         self.stopping = False
         self.cpu = cpu_groups()  # None: not root / no CPU controller (pods run ungrouped)
+        self.node_shares: dict[str, int] = {}
 
     # --- CPU: a group per node (its capacity) and per pod (its request), as a kubelet does ---
     def add_node(self, name: str, cpus: float = 2.0) -> None:
         if self.cpu is not None:
-            self.cpu.ensure(f"{world_cpu_group(self.world)}/{name}", shares_for(cpus))
+            # the world weighs what its nodes do together against the processes outside it
+            # (this test process, raychaos runs): a group left at the default 1024 would
+            # squeeze every node of the world into one process's share
+            self.node_shares[name] = shares_for(cpus)
+            self.cpu.ensure(world_cpu_group(self.world), sum(self.node_shares.values()))
+            self.cpu.ensure(f"{world_cpu_group(self.world)}/{name}", self.node_shares[name])
         self.nodes.add(name)
         self.images.setdefault(name, set())
         self.pull_locks.setdefault(name, threading.Lock())

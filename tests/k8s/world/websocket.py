@@ -172,6 +172,8 @@ def run_exec(ws: WebSocket, proc: subprocess.Popen | None, error: str | None = N
     for t in threads:
         t.join()
     code = proc.wait()
+    if code < 0:  # killed by a signal: the kubelet reports 128 + the signal, as a shell does
+        code = 128 - code
     try:
         ws.send_channel(3, exit_status(code))
         ws.close()

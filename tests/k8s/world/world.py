@@ -53,7 +53,13 @@ class NodeSpec:
 
 def default_nodes(kubelet: str = "real") -> list[NodeSpec]:
     gpu_taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
-    return [NodeSpec("head-0", labels={"raychaos.io/node-pool": "head"}, kubelet=kubelet),
+    # The head node is the biggest machine, as a production head node often is: each node's
+    # CPU group weighs its capacity, so on this 2-core box a restarting head wins the CPU from a
+    # storm on the workers as a head on a machine of its own would (at the workers' weight, a
+    # restart's dozen Python processes took 40 s to start the dashboard agent, past the
+    # raylet's fixed 15 s wait: a crash loop no real cluster shows).
+    return [NodeSpec("head-0", cpu="8", labels={"raychaos.io/node-pool": "head"},
+                     kubelet=kubelet),
             NodeSpec("cpu-0", labels={"raychaos.io/node-pool": "cpu"}, kubelet=kubelet),
             *[NodeSpec(f"gpu-{x}", gpus=1, labels={"raychaos.io/node-pool": "gpu",
                                                    "nvidia.com/gpu.present": "true"},

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +27,7 @@ from urllib.parse import urlsplit
 from raychaos.errors import KubeApiError, TargetUnavailable
 from raychaos.targets.kubernetes.client import ApiSession
 
-__all__ = ["Dashboard", "auth_token"]
+__all__ = ["Dashboard", "auth_token", "parse_usage"]
 
 DRIVER_SHARE = 0.001  # of a worker's node:<ip> resource per driver: any number of drivers fit
 
@@ -159,6 +160,15 @@ class Dashboard:
         rows: list[dict[str, Any]] = data.get("result", []) if isinstance(data, dict) else data
         return rows
 
+    def logical_resources(self, timeout: float) -> dict[str, dict[str, dict[str, float]]]:
+        """Per Ray node ID, each logical resource's ``total`` and ``available``, from the load
+        report the dashboard's node summary carries (``"0.0/1.0 CPU"``, ``"0B/1.00GiB
+        memory"``: in use / in all; byte sizes rounded as Ray prints them)."""
+        reply = self.json("GET", "/nodes?view=summary", timeout=timeout)
+        data = reply.get("data") or {}
+        usage = data.get("nodeLogicalResources") or data.get("node_logical_resources") or {}
+        return {str(node): parse_usage(str(text)) for node, text in usage.items()}
+
     # --- the Jobs API ------------------------------------------------------------------------
     def submit(self, entrypoint: str, working_dir: str | None, metadata: dict[str, str],
                resources: dict[str, float] | None) -> str:
@@ -191,3 +201,23 @@ class Dashboard:
 
     def stop_job(self, job_id: str) -> None:
         self.json("POST", f"/api/jobs/{job_id}/stop")
+
+
+_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_USAGE = re.compile(r"^\s*([\d.]+)([KMGT]i)?(B)?/([\d.]+)([KMGT]i)?(B)?\s+(\S+)\s*$")
+
+
+def parse_usage(text: str) -> dict[str, dict[str, float]]:
+    """Ray's per-node usage lines (``USED/TOTAL NAME``) as ``{"total": {...}, "available":
+    {...}}``; byte quantities in bytes. Lines of another shape are skipped."""
+    total: dict[str, float] = {}
+    available: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _USAGE.match(line)
+        if not m:
+            continue
+        used = float(m[1]) * _UNITS[(m[2] or "") + "B"] if m[3] else float(m[1])
+        whole = float(m[4]) * _UNITS[(m[5] or "") + "B"] if m[6] else float(m[4])
+        total[m[7]] = whole
+        available[m[7]] = max(0.0, whole - used)
+    return {"total": total, "available": available}

@@ -106,20 +106,39 @@ def kill_head(api: ApiSession, ns: str, cluster: str, mode: str,
         container = pod["spec"]["containers"][0]["name"]
         command = KILL_MODES[mode] or []
         done = api.gate("POST", f"{path}/exec", {"container": container, "command": command},
-                        lambda: _exec(api, ns, name, container, command))
+                        lambda: _exec(api, ns, name, container, command, old))
         proof = done or {"dry_run": True}
     return {"mode": mode, "namespace": ns, "old": old | {"killed_at": killed_at},
             "killed_at": killed_at, "dry_run": api.gate.dry_run, "proof": proof}
 
 
+#: Exit statuses of an exec the container's own death ended: SIGKILL (the runtime kills every
+#: process of a container whose PID 1 exited, the exec's included), as the kubelet reports it
+#: (137) or as a process table does (-9)
+KILLED_WITH_CONTAINER = (137, -9)
+#: How long a kill whose exec ended with the container has to show its effect
+DEATH_SEEN_WITHIN_S = 20.0
+
+
 def _exec(api: ApiSession, ns: str, name: str, container: str,
-          command: list[str]) -> dict[str, Any]:
-    """Run the kill command; its exit status is the proof it did something."""
+          command: list[str], old: dict[str, Any]) -> dict[str, Any]:
+    """Run the kill command; its exit status is the proof it did something — or, when the
+    kill took the container down so fast that the exec went with it (SIGKILL, or a stream cut
+    without a status), the container's own death: its restart count up or the pod gone."""
     what = " ".join(command)
     try:
         result = exec_in(api, ns, name, container, command, timeout=20)
     except (KubeApiError, TargetUnavailable) as exc:
         raise FaultFailed(f"kill_head: exec {what!r} in {ns}/{name} failed: {exc}") from exc
+    cut = result.code is None and "closed without an exit status" in str(result.error)
+    if result.code in KILLED_WITH_CONTAINER or cut:
+        seen = _container_died(api, ns, name, old)
+        if seen is None:
+            how = "without an exit status" if cut else f"by SIGKILL ({result.code})"
+            raise FaultFailed(f"kill_head: {what!r} in {ns}/{name} ended {how} and the "
+                              f"container did not restart within {DEATH_SEEN_WITHIN_S:g} s: "
+                              "the kill is not proven")
+        return {"exec": result.to_dict(), "ended_with_the_container": seen}
     if result.code is None:  # the API server answered, but the command never ran there
         raise FaultFailed(f"kill_head: exec {what!r} in {ns}/{name}/{container} did not run: "
                           f"{result.error}")
@@ -130,6 +149,22 @@ def _exec(api: ApiSession, ns: str, name: str, container: str,
         raise FaultFailed(f"kill_head: {what!r} in {ns}/{name} exited {result.code}: "
                           f"{(result.stderr or result.stdout).strip()[-300:]}")
     return {"exec": result.to_dict()}
+
+
+def _container_died(api: ApiSession, ns: str, name: str, old: dict[str, Any]
+                    ) -> dict[str, Any] | None:
+    """The head container's death after a kill, as the pod's status shows it: its restart
+    count above the one before, or the pod gone or replaced; None when neither is seen."""
+    deadline = time.monotonic() + DEATH_SEEN_WITHIN_S
+    while True:
+        pod = api.read_or_none(api.core.read_namespaced_pod, name, ns)
+        if pod is None or pod["metadata"]["uid"] != old["uid"]:
+            return {"pod_gone": True}
+        if _restarts(pod) > old["restart_count"]:
+            return {"restart_count": _restarts(pod)}
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.5)
 
 
 def _is_back(pod: dict[str, Any], old: dict[str, Any]) -> bool:

@@ -26,8 +26,10 @@ pods would restart. Every object created carries ``raychaos.io/run-id``.
 from __future__ import annotations
 
 import copy
+import shlex
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
@@ -346,8 +348,15 @@ def gcs_call_ms(self: KubernetesTarget, timeout: float = 2.0) -> float | None:
 
 
 def node_resources(self: KubernetesTarget, timeout: float = 2.0) -> list[NodeInfo]:
-    """The ALIVE pods; their available resources are not read on Kubernetes yet (None)."""
-    return [n for n in self.nodes(timeout) if n.state == "ALIVE"]
+    """The ALIVE Ray nodes with each logical resource's total and what is free of it, from the
+    load report behind the dashboard's node summary (a node it does not list yet: None)."""
+    nodes = [n for n in self.nodes(timeout) if n.state == "ALIVE"]
+    usage = self._handle().dashboard.logical_resources(max(timeout, 2.0))
+    # the report's own totals: it rounds byte sizes as Ray prints them, so what is free is
+    # comparable only with them
+    return [replace(n, available=usage[n.node_id]["available"],
+                    resources=usage[n.node_id]["total"])
+            if n.node_id in usage else n for n in nodes]
 
 
 def raylet_alive(self: KubernetesTarget, node_ids: list[str]) -> dict[str, bool | None]:
@@ -384,10 +393,57 @@ def node_env(self: KubernetesTarget, nodes: list[str], names: list[str]
     return _node_env(self._handle(), nodes, names)
 
 
+#: Ray's own logs in a KubeRay container: ``ray start``'s default temp dir (``session_latest``
+#: is a link to the newest session, so the sessions are matched by their date instead)
+RAY_LOG_GLOB = "/tmp/ray/session_2*/logs"
+#: The monitor asks once a second; an exec per pod that often would be most of its traffic
+LOG_COUNT_EVERY_S = 5.0
+
+
 def ray_log_counts(self: KubernetesTarget, nodes: list[str], needles: list[str]
                    ) -> dict[str, dict[str, int]]:
-    """Ray's log files are inside the pods: not read on Kubernetes yet."""
-    return {}
+    """Lines of Ray's own logs in each named pod (``head``, ``worker-N`` or a pod name) that
+    contain each needle, counted by ``grep`` in the pod through an exec; cumulative over the
+    run: a restarted container or a replaced pod starts its logs again, and what the earlier
+    one had counted is kept. A pod is asked at most every 5 s (the last answer in between); one
+    that cannot be asked (gone, the exec refused) is left out."""
+    handle = self._handle()
+    cache = self.log_counts
+    out: dict[str, dict[str, int]] = {}
+    script = (f"cat {RAY_LOG_GLOB}/*.out {RAY_LOG_GLOB}/*.err {RAY_LOG_GLOB}/*.log "
+              "2>/dev/null | grep -F -o " + " ".join(f"-e {shlex.quote(n)}" for n in needles)
+              + " | sort | uniq -c")
+    for name in nodes:
+        key = (name, tuple(needles))
+        last = cache.get(key)
+        if last is not None and time.monotonic() - last["at"] < LOG_COUNT_EVERY_S:
+            out[name] = dict(last["total"])
+            continue
+        try:
+            pod = handle.pod_named(name)
+            ran = exec_in(handle.api, handle.ns, pod["metadata"]["name"],
+                          pod["spec"]["containers"][0]["name"], ["sh", "-c", script],
+                          timeout=10)
+        except (TargetUnavailable, KubeApiError, NothingMatched):
+            continue
+        if ran.code not in (0, 1):  # grep's 1: nothing matched
+            continue
+        seen = dict.fromkeys(needles, 0)
+        for line in ran.stdout.splitlines():
+            count, _, text = line.strip().partition(" ")
+            if text in seen and count.isdigit():
+                seen[text] = int(count)
+        uid = pod["metadata"].get("uid")
+        restarts = sum(int(c.get("restartCount") or 0) for c in
+                       (pod.get("status") or {}).get("containerStatuses") or [])
+        base = dict(last["base"]) if last else dict.fromkeys(needles, 0)
+        if last and (last["uid"], last["restarts"]) != (uid, restarts):
+            base = {n: base[n] + last["seen"][n] for n in needles}  # the earlier logs' share
+        total = {n: base[n] + seen[n] for n in needles}
+        cache[key] = {"at": time.monotonic(), "uid": uid, "restarts": restarts, "seen": seen,
+                      "base": base, "total": total}
+        out[name] = dict(total)
+    return out
 
 
 def network_counters(self: KubernetesTarget) -> dict[str, dict[str, int]]:

@@ -64,6 +64,7 @@ class KubernetesTarget:
         self.raycluster: dict[str, Any] = {}
         self.drivers: dict[str, dict[str, Any]] = {}
         self._log_offsets: dict[str, int] = {}
+        self.log_counts: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}  # rayfaults
         self._pulled: Informer | None = None
         self._emitted: set[str] = set()
         self._pod_snapshot: dict[str, dict[str, Any]] | None = None
