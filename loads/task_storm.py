@@ -19,9 +19,11 @@ Run it as a Ray job (``raychaos`` does), or by hand::
 
 It stops by itself after ``--duration`` seconds, so a forgotten job cannot run forever.
 
-``--ramp START,STEP,STEP_S,STEPS`` raises the rate step by step instead (``raychaos ramp``):
-START tasks/s for STEP_S seconds, then START+STEP, ... for STEPS steps, then it holds the last
-rate; every stats line carries ``offered``, the rate asked for in that second.
+``--ramp START,STEP,STEP_S,STEPS[,WARMUP_S]`` raises the rate step by step instead (``raychaos
+ramp``): START tasks/s for WARMUP_S seconds (stats lines marked ``warmup``: Ray is still starting
+the workers the tasks need), then START tasks/s for STEP_S seconds, START+STEP, ... for STEPS
+steps, then it holds the last rate; every stats line carries ``offered``, the rate asked for in
+that second.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task-ms", type=float, default=0.0, help="each task sleeps this long")
     parser.add_argument("--spread", action="store_true",
                         help="place tasks round the nodes (SPREAD), so they cross links")
-    parser.add_argument("--ramp", default="", metavar="START,STEP,STEP_S,STEPS",
+    parser.add_argument("--ramp", default="", metavar="START,STEP,STEP_S,STEPS[,WARMUP_S]",
                         help="raise the rate step by step (overrides --rate)")
     parser.add_argument("--name", default="task_storm", help="load name in the stats lines")
     args = parser.parse_args(argv)
@@ -73,9 +75,14 @@ def main(argv: list[str] | None = None) -> int:
         now = time.monotonic()
         rate = args.rate
         if ramp:
-            step = min(int((now - start) // ramp[2]), int(ramp[3]) - 1)
+            warmup = ramp[4] if len(ramp) > 4 else 0.0
+            step = max(0, min(int((now - start - warmup) // ramp[2]), int(ramp[3]) - 1))
             rate = ramp[0] + step * ramp[1]
             stats.extra["offered"] = rate
+            if now - start < warmup:
+                stats.extra["warmup"] = True
+            else:
+                stats.extra.pop("warmup", None)
         if rate > 0:
             next_at = max(next_at, now - 0.1)  # at most 100 ms of missed pace carried over
         due = rate <= 0 or now >= next_at

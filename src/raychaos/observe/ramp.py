@@ -4,8 +4,9 @@ A ramped load (``ramp:`` in its spec, see :class:`~raychaos.config.settings.Ramp
 ``offered`` in every stats line. Grouped by it, each step gets what was achieved (completions
 per second), the p95 and the failure ratio of its completions, and the head's CPU and GCS
 memory over the same seconds (the monitor's samples, from Ray's own component metrics). The
-first second of each step is dropped (it mixes two rates). A step **breaks** when its p95
-passes the bound, its failure ratio passes the bound, or it completed less than
+first second of each step is dropped (it mixes two rates), and so are the warm-up's seconds
+(``warmup``: the load at its start rate while Ray starts its workers). A step **breaks** when
+its p95 passes the bound, its failure ratio passes the bound, or it completed less than
 ``min_achieved`` of what it was offered; the **knee** is the last step before the first break.
 """
 
@@ -37,7 +38,8 @@ def _mean(values: list[float]) -> float | None:
 def ramp_steps(records: list[dict[str, Any]], load: str) -> list[dict[str, Any]]:
     """One row per offered rate, in the order they came."""
     rows = sorted((r for r in records if r.get("kind") == "load" and r.get("load") == load
-                   and r.get("offered") is not None), key=lambda r: r["t"])
+                   and r.get("offered") is not None and not r.get("warmup")),
+                  key=lambda r: r["t"])
     groups: list[list[dict[str, Any]]] = []
     for r in rows:
         if groups and groups[-1][0]["offered"] == r["offered"]:

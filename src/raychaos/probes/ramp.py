@@ -51,7 +51,7 @@ def ramp_knee(load: str | None = None,
         time.sleep(1.0)
     evidence = {"load": spec.name, **result, "ramp": {
         "start": spec.ramp.start, "step": spec.ramp.step, "step_s": spec.ramp.step_s,
-        "steps": spec.ramp.steps}, "table": steps}
+        "steps": spec.ramp.steps, "warmup_s": spec.ramp.warmup_s}, "table": steps}
     run.record_probe("ramp_knee", "pass" if steps else "unknown",
                      evidence if steps else {**evidence, "unobserved": "ramp steps"})
     return evidence

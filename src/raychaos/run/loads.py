@@ -100,7 +100,7 @@ class LoadSet:
             script = resolve_path(load.script, self.experiment.path.parent).resolve()
             ramp = load.ramp
             ramp_args = ["--ramp", f"{ramp.start:g},{ramp.step:g},{ramp.step_s:g},"
-                                   f"{ramp.steps}"] if ramp else []
+                                   f"{ramp.steps},{ramp.warmup_s:g}"] if ramp else []
             entry = " ".join(["python", shlex.quote(script.name),
                               *map(shlex.quote, [*load.args, *ramp_args]),
                               "--name", shlex.quote(load.name)])
