@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from raychaos.targets.local.cpu import CpuGroups, cpu_groups, shares_for, weight_for
+from raychaos.targets.local.cpu import (
+    CpuGroups,
+    cluster_prefix,
+    cpu_groups,
+    pod_group,
+    shares_for,
+    weight_for,
+)
 
 
 def test_shares_follow_the_kubelets_rule():
@@ -31,6 +38,7 @@ def test_groups_are_made_weighed_and_removed_deepest_first(tmp_path, version, fi
     groups.ensure("raychaos-c/worker-1", shares_for(1))
     groups.ensure("raychaos-other/head", shares_for(1))
     assert groups.existing("raychaos-c") == ["raychaos-c"]
+    assert pod_group("c", "head") == "raychaos-c--head" and cluster_prefix("c") == "raychaos-c--"
     # a real controller's group folders hold only files; the fake's hold the weight file,
     # which a real rmdir does not see: remove it the way the kernel would
     for f in tmp_path.rglob(file):

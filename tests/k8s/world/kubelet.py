@@ -31,16 +31,17 @@ from tests.k8s.world.controllers import record_event
 from tests.k8s.world.podworker import PodWorker
 from tests.k8s.world.scheduler import quantity
 
-__all__ = ["Kubelet", "go_duration", "normalize_image", "world_cpu_group"]
+__all__ = ["Kubelet", "go_duration", "normalize_image", "world_cpu_prefix"]
 
 log = logging.getLogger("world.kubelet")
 
 
-def world_cpu_group(world: str) -> str:
-    """The world's CPU group: a group per node below it (the node's capacity), a group per pod
-    below that (the pod's requests) — how a kubelet gives pods their CPU requests, so a storm on
-    the workers' nodes cannot starve the head's node (:mod:`raychaos.targets.local.cpu`)."""
-    return f"{PREFIX}world-{world}"
+def world_cpu_prefix(world: str) -> str:
+    """What the world's node groups are named with: a CPU group per node (its capacity), side
+    by side at the top (an idle node weighs nothing), a group per pod below its node's (the
+    pod's requests) — how a kubelet gives pods their CPU requests, so a storm on the workers'
+    nodes cannot starve the head's node (:mod:`raychaos.targets.local.cpu`)."""
+    return f"{PREFIX}world-{world}--"
 
 
 def go_duration(seconds: float) -> str:
@@ -83,17 +84,11 @@ class Kubelet:
         self.lock = threading.Lock()
         self.stopping = False
         self.cpu = cpu_groups()  # None: not root / no CPU controller (pods run ungrouped)
-        self.node_shares: dict[str, int] = {}
 
     # --- CPU: a group per node (its capacity) and per pod (its request), as a kubelet does ---
     def add_node(self, name: str, cpus: float = 2.0) -> None:
         if self.cpu is not None:
-            # the world weighs what its nodes do together against the processes outside it
-            # (this test process, raychaos runs): a group left at the default 1024 would
-            # squeeze every node of the world into one process's share
-            self.node_shares[name] = shares_for(cpus)
-            self.cpu.ensure(world_cpu_group(self.world), sum(self.node_shares.values()))
-            self.cpu.ensure(f"{world_cpu_group(self.world)}/{name}", self.node_shares[name])
+            self.cpu.ensure(f"{world_cpu_prefix(self.world)}{name}", shares_for(cpus))
         self.nodes.add(name)
         self.images.setdefault(name, set())
         self.pull_locks.setdefault(name, threading.Lock())
@@ -122,13 +117,13 @@ class Kubelet:
             return None
         cpus = sum(quantity(((c.get("resources") or {}).get("requests") or {}).get("cpu", 0))
                    for c in pod["spec"]["containers"]) or 1.0
-        group = f"{world_cpu_group(self.world)}/{node}/{pod['metadata']['uid']}"
+        group = f"{world_cpu_prefix(self.world)}{node}/{pod['metadata']['uid']}"
         self.cpu.ensure(group, shares_for(cpus))
         return self.cpu, group
 
     def remove_pod_cpu_group(self, node: str, uid: str) -> None:
         if self.cpu is not None:
-            self.cpu.remove(f"{world_cpu_group(self.world)}/{node}/{uid}")
+            self.cpu.remove(f"{world_cpu_prefix(self.world)}{node}/{uid}")
 
     def stop(self) -> None:
         self.stopping = True

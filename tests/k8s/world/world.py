@@ -32,7 +32,8 @@ from tests.k8s.world.simkubelet import SimKubelet, running_status
 from tests.k8s.world.store import Store
 from tests.k8s.world.workloads import Workloads, cluster_behind, default_workload
 
-__all__ = ["World", "NodeSpec", "default_nodes", "default_raycluster", "STATE_ROOT"]
+__all__ = ["World", "NodeSpec", "default_nodes", "default_raycluster", "resources_nodes",
+           "resources_raycluster", "STATE_ROOT"]
 
 log = logging.getLogger("world")
 STATE_ROOT = Path("/tmp/raychaos-world")
@@ -66,9 +67,11 @@ def default_nodes(kubelet: str = "real") -> list[NodeSpec]:
                        taints=gpu_taint, kubelet=kubelet) for x in ("a", "b")]]
 
 
-def default_raycluster(name: str, ns: str, gcs_ft: bool = True, image: str = IMAGE) -> dict:
+def default_raycluster(name: str, ns: str, gcs_ft: bool = True, image: str = IMAGE,
+                       head_env: dict[str, str] | None = None) -> dict:
     """Head (0 CPUs) + a GPU worker (1 CPU, 1 logical GPU) + a CPU worker carrying the
-    ``raychaos_driver`` resource; explicit memory and object store sizes on every node."""
+    ``raychaos_driver`` resource; explicit memory and object store sizes on every node.
+    ``head_env``: variables of the head container (the GCS's settings, as a user sets them)."""
     mem = {"memory": str(GiB), "object-store-memory": str(150 * 10**6)}
     res = {"limits": {"cpu": "1", "memory": "2Gi"}, "requests": {"cpu": "1", "memory": "2Gi"}}
 
@@ -80,6 +83,10 @@ def default_raycluster(name: str, ns: str, gcs_ft: bool = True, image: str = IMA
             {"name": cname, "image": image, "imagePullPolicy": "IfNotPresent", "resources": r}]}}
 
     gpu_tol = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    head = tmpl("ray-head", "head")
+    if head_env:
+        head["spec"]["containers"][0]["env"] = [{"name": k, "value": v}
+                                                for k, v in sorted(head_env.items())]
     return {
         "apiVersion": "ray.io/v1", "kind": "RayCluster",
         "metadata": {"name": name, "namespace": ns,
@@ -87,7 +94,7 @@ def default_raycluster(name: str, ns: str, gcs_ft: bool = True, image: str = IMA
         "spec": {"rayVersion": "2.60.0",
                  "headGroupSpec": {"rayStartParams": {"num-cpus": "0", **mem,
                                                       "dashboard-host": "0.0.0.0"},
-                                   "template": tmpl("ray-head", "head")},
+                                   "template": head},
                  "workerGroupSpecs": [
                      {"groupName": "gpu", "replicas": 1, "minReplicas": 0, "maxReplicas": 2,
                       "rayStartParams": {"num-cpus": "1", "num-gpus": "1", **mem,
@@ -100,6 +107,39 @@ def default_raycluster(name: str, ns: str, gcs_ft: bool = True, image: str = IMA
                       "template": tmpl("ray-worker", "cpu")}]}}
 
 
+def resources_nodes(kubelet: str = "real") -> list[NodeSpec]:
+    """The default topology with two logical GPUs on each GPU node."""
+    return [NodeSpec(n.name, n.cpu, n.memory, 2 if n.gpus else 0, n.labels, n.taints,
+                     n.kubelet) for n in default_nodes(kubelet)]
+
+
+def resources_raycluster(name: str, ns: str) -> dict:
+    """The local resource tier's shape on KubeRay (``tests/integration/test_resources.py``): a
+    head, two GPU workers with two logical GPUs each — one group apiece, so each carries its
+    own ``raychaos.io/node`` label as the experiments' selectors name them (worker-1,
+    worker-2) — and a CPU worker (worker-3) for the drivers; 100 MB object stores."""
+    rc = default_raycluster(name, ns)
+    spec = rc["spec"]
+    store = str(100 * 2**20)
+    spec["headGroupSpec"]["rayStartParams"]["object-store-memory"] = store
+    gpu, cpu = spec["workerGroupSpecs"]
+    groups = []
+    for i in (1, 2):
+        g = json.loads(json.dumps(gpu))
+        g["groupName"] = f"gpu{i}"
+        g["rayStartParams"].update({"num-gpus": "2", "object-store-memory": store,
+                                    "labels": json.dumps({"raychaos.io/node-group": "gpu",
+                                                          "raychaos.io/node": f"worker-{i}"})})
+        for k in ("limits", "requests"):
+            g["template"]["spec"]["containers"][0]["resources"][k]["nvidia.com/gpu"] = "2"
+        groups.append(g)
+    cpu["rayStartParams"].update({"object-store-memory": store,
+                                  "labels": json.dumps({"raychaos.io/node-group": "cpu",
+                                                        "raychaos.io/node": "worker-3"})})
+    spec["workerGroupSpecs"] = [*groups, cpu]
+    return rc
+
+
 class World:
     def __init__(self, name: str = "raychaos", namespace: str = "ray", cluster: str | None = "demo",
                  gcs_ft: bool = True, nodes: list[NodeSpec] | None = None,
@@ -108,9 +148,13 @@ class World:
                  image_mb: float = 16.0, allow_privileged: bool = True,
                  restart_backoff_s: float = 10.0, port: int = 0, keep_state: bool = False,
                  controllers: set[str] | None = None, chaos_mesh: bool = False,
-                 workload: str | None = None, submission_mode: str = "K8sJobMode"):
+                 workload: str | None = None, submission_mode: str = "K8sJobMode",
+                 head_env: dict[str, str] | None = None, shape: str = "default"):
         self.name, self.namespace, self.cluster, self.gcs_ft = name, namespace, cluster, gcs_ft
-        self.node_specs = default_nodes() if nodes is None else nodes
+        self.head_env = head_env
+        self.shape = shape  # "default", or "resources" (resources_raycluster's)
+        self.node_specs = nodes if nodes is not None else \
+            resources_nodes() if shape == "resources" else default_nodes()
         self.state_dir = Path(state_root) / name
         self.image_mb, self.port, self.keep_state = image_mb, port, keep_state
         self.restart_backoff_s = restart_backoff_s
@@ -203,8 +247,10 @@ class World:
             self.api.create(self.api.resolve("ray.io", "v1", self.workload + "s"),
                             self.namespace, body)
         elif self.cluster:
-            self.api.create(self.api.resolve("ray.io", "v1", "rayclusters"), self.namespace,
-                            default_raycluster(self.cluster, self.namespace, self.gcs_ft))
+            rc = resources_raycluster(self.cluster, self.namespace) \
+                if self.shape == "resources" else default_raycluster(
+                    self.cluster, self.namespace, self.gcs_ft, head_env=self.head_env)
+            self.api.create(self.api.resolve("ray.io", "v1", "rayclusters"), self.namespace, rc)
 
     def _start_host(self) -> None:
         from tests.k8s.world.kubelet import Kubelet
@@ -399,10 +445,11 @@ def cleanup(name: str, state_root: Path | str = STATE_ROOT, keep_state: bool = F
     net.destroy()
     left += net.leftovers()
     from raychaos.targets.local.cpu import cpu_groups
-    from tests.k8s.world.kubelet import world_cpu_group
+    from tests.k8s.world.kubelet import world_cpu_prefix
     groups = cpu_groups()
     if groups is not None:  # its processes are gone: the node and pod groups are empty
-        left += [f"cgroup {g}" for g in groups.remove(world_cpu_group(name))]
+        for group in groups.existing(world_cpu_prefix(name)):
+            left += [f"cgroup {g}" for g in groups.remove(group)]
     folder = Path(state_root) / name
     if not keep_state:
         shutil.rmtree(folder, ignore_errors=True)

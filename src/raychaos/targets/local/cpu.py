@@ -9,10 +9,17 @@ not of Ray. Per-process ``nice`` cannot fix that (ten busy workers at nice 5 sti
 agent at nice -5); a group per pod can: the whole pod weighs what its request says, however many
 processes it runs.
 
-So each local pod gets ``raychaos-<cluster>-<node>`` in the CPU controller, the pod's first
+So each local pod gets ``raychaos-<cluster>--<node>`` in the CPU controller, the pod's first
 process joins it before it execs anything (every process of the pod inherits it), and ``down``
-removes it. cgroup v1 (``/sys/fs/cgroup/cpu``, ``cpu.shares``) is what this machine has and what
-the tests run on; on a cgroup v2 host the same groups are made under ``/sys/fs/cgroup`` with
+removes it. The groups sit side by side at the top, not under one group of the cluster: a
+parent's weight counts in full against the processes outside it however few of its children
+are busy, so with the head down (its group empty) the workers would have had the head's weight
+too, and the supervisor's image pull for the new head — outside every pod, like a kubelet's —
+waited 25 s to start and crawled at a quarter of its throttle. The head weighs most (see
+:data:`raychaos.targets.local.plan.HEAD_CPU_REQUEST`): a head has a node of its own.
+
+cgroup v1 (``/sys/fs/cgroup/cpu``, ``cpu.shares``) is what this machine has and what the tests
+run on; on a cgroup v2 host the same groups are made under ``/sys/fs/cgroup`` with
 ``cpu.weight`` converted from the shares as the kubelet converts them. Where neither can be
 written (not root, no CPU controller), or with ``RAYCHAOS_CPU_GROUPS=off`` in the environment,
 pods run ungrouped and workers keep a lower ``nice``.
@@ -24,20 +31,20 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CpuGroups", "cluster_group", "cpu_groups", "pod_group", "shares_for"]
+__all__ = ["CpuGroups", "cluster_prefix", "cpu_groups", "pod_group", "shares_for"]
 
 V1_ROOT = Path("/sys/fs/cgroup/cpu")
 V2_ROOT = Path("/sys/fs/cgroup")
 PREFIX = "raychaos-"
 
 
-def cluster_group(cluster: str) -> str:
-    """The group of a local cluster's pods (its weight: the sum of theirs)."""
-    return f"{PREFIX}{cluster}"
+def cluster_prefix(cluster: str) -> str:
+    """What the names of a local cluster's pod groups start with."""
+    return f"{PREFIX}{cluster}--"
 
 
 def pod_group(cluster: str, node: str) -> str:
-    return f"{cluster_group(cluster)}/{node}"
+    return f"{cluster_prefix(cluster)}{node}"
 
 
 def shares_for(cpus: float) -> int:

@@ -68,10 +68,6 @@ def up(cluster: LocalCluster, spec: LocalClusterSpec, say: Callable[[str], None]
                 cluster.net.ensure_node(plan.name, plan.index)
         cluster.write(desired)
         _attach_disks(cluster, spec, plans, desired)
-        groups = cpu.cpu_groups() if mode == "netns" else None
-        if groups is not None:  # the pods' weights (:mod:`.cpu`), made before any pod starts
-            groups.ensure(cpu.cluster_group(spec.name),
-                          sum(cpu.shares_for(p.cpu_request) for p in plans))
         say(f"starting local cluster '{spec.name}' ({mode} mode): head + {spec.workers} "
             f"workers, {spec.gpu_workers} with GPUs")
         with open(cluster.state_dir / "supervisor.log", "ab") as log:
@@ -152,7 +148,8 @@ def down(cluster: LocalCluster) -> dict[str, Any]:
     cluster.net.destroy()
     groups = cpu.cpu_groups()
     if groups is not None:  # empty once its processes are gone; leftovers() names one that is not
-        groups.remove(cpu.cluster_group(cluster.name))
+        for group in groups.existing(cpu.cluster_prefix(cluster.name)):
+            groups.remove(group)
     for plan in plans:
         shutil.rmtree(plan.mount_point, ignore_errors=True)
     shutil.rmtree(cluster.state_dir, ignore_errors=True)
@@ -165,8 +162,7 @@ def leftovers(cluster: LocalCluster) -> dict[str, list[Any]]:
     groups = cpu.cpu_groups()
     return {"processes": [p.pid for p in find_marked(cluster.name)],
             "namespaces": cluster.net.namespaces(), "links": cluster.net.links(),
-            "cgroups": [g for g in (groups.existing(cpu.cluster_group(cluster.name)) if groups
-                                    else []) if g == cpu.cluster_group(cluster.name)],
+            "cgroups": groups.existing(cpu.cluster_prefix(cluster.name)) if groups else [],
             # the state folder, and any spill-disk mount or loop device made from it
             "state_dir": ([str(cluster.state_dir)] if cluster.state_dir.exists() else [])
             + [str(d.get("mount") or d.get("loop"))

@@ -23,6 +23,11 @@ __all__ = ["plan_nodes", "DRIVER_RESOURCE", "GPU_LABEL", "NODE_LABEL"]
 DRIVER_RESOURCE = "raychaos_driver"
 GPU_LABEL = "raychaos.io/node-group"
 NODE_LABEL = "raychaos.io/node"  # the pod's name: loads pin work to one node with it
+#: The head pod's CPU weight, in CPUs: on Kubernetes the head has a node of its own, so a storm
+#: on the workers never slows its restart; on one small machine the weight must say so. At 2
+#: CPUs (the workers' 1 each) a head restarted under a storm answered its first GCS call after
+#: 12 s and then none for 24 s more while a dozen dashboard processes started beside the GCS.
+HEAD_CPU_REQUEST = 8.0
 
 
 def _free_port() -> int:
@@ -74,9 +79,10 @@ def plan_nodes(spec: LocalClusterSpec, state_dir: Path, net: PodNetwork,
             name=name, index=index, role="head" if head else "worker", ip=ip, netns=netns,
             node_dir=str(state_dir / "nodes" / name), mount_point=mount,
             cpus=spec.head_cpus if head else spec.cpus_per_worker,
-            # the pod's CPU request (its weight against the other pods, :mod:`.cpu`): a head
-            # carries the GCS and the dashboard whatever its Ray CPUs, as KubeRay sizes it
-            cpu_request=max(2.0, spec.head_cpus) if head else max(1.0, spec.cpus_per_worker),
+            # the pod's CPU request (its weight against the other pods, :mod:`.cpu`): the
+            # head has a node of its own on Kubernetes (see HEAD_CPU_REQUEST)
+            cpu_request=max(HEAD_CPU_REQUEST, spec.head_cpus) if head
+            else max(1.0, spec.cpus_per_worker),
             gpus=spec.gpus_per_gpu_worker if gpu else 0.0,
             memory_bytes=spec.memory_mb * mb,
             object_store_bytes=spec.object_store_mb * mb,
