@@ -140,6 +140,38 @@ def test_a_head_kill_during_a_blackout_overlaps_and_everything_comes_back(cluste
     _shape_restored(cluster[0])
 
 
+def test_a_saturated_link_under_a_shuffle_times_out_the_health_checks(cluster, tmp_path,
+                                                                     monkeypatch):
+    """The background texts' node failure cascade, as shipped: worker-1's link at 2 Mbit with a
+    5 s queue and a flood while the shuffle moves blocks; the eager GCS misses its health
+    checks and declares the node dead while its raylet runs — every SLO of the profile that
+    judges it fails (exit 1), with the link rate, the failed checks and the death on the
+    timeline."""
+    monkeypatch.chdir(REPO)
+
+    def shorter(data: dict) -> None:  # the death comes within ~10 s of eager checks
+        method_args(data, "saturate_network").update(flood_s=40)
+        next(a for a in data["method"] if a["name"].startswith("shape"))["pauses"] = \
+            {"after": 20}
+
+    code, summary = _run("shuffle-saturation-heartbeats", cluster, tmp_path, shorter)
+    [fault] = summary["faults"]
+    assert fault["state"] == "undone" and fault["evidence"], fault
+    deaths = _probes(summary)["false_node_deaths"]
+    assert deaths["verdict"] == "fail", deaths
+    assert {d["node"] for d in deaths["evidence"]["false"]} == {"worker-1"}
+    rows = {s["name"]: s for s in summary["slos"]}
+    assert rows["no-failed-health-checks"]["verdict"] == "fail"
+    assert rows["no-failed-health-checks"]["value"] > 0
+    assert rows["no-node-deaths"]["value"] >= 1
+    assert code == 1, json.dumps({k: summary[k] for k in ("slos", "errors")}, indent=1)[:4000]
+    run_dir = next((tmp_path / "results").iterdir())
+    links = [r for r in map(json.loads, (run_dir / "timeline.jsonl").read_text().splitlines())
+             if r.get("kind") == "signals" and "worker-1" in (r.get("links") or {})]
+    assert links, "worker-1's link rate on the timeline"
+    _shape_restored(cluster[0])
+
+
 def _harness(tmp_path: Any, root: Any, act: dict) -> Any:
     from ._harness import HarnessRun, experiment
 

@@ -124,11 +124,10 @@ def test_a_dev_shm_smaller_than_the_object_store_moves_it_to_disk(cluster, tmp_p
     assert code == 1
 
 
-@pytest.mark.xfail(strict=False, reason="seen in a full CI run: the ramp's first step carries the "
-                   "workers' start-up (p95 1349 ms at 200 tasks/s, then 51 ms at 500), so it "
-                   "'breaks' at its first step and finds no knee; the ramp needs a warm-up step")
 def test_a_ramp_finds_the_knee_and_records_the_head_along_the_way(cluster, tmp_path,
                                                                    monkeypatch):
+    """The ramp warms up first (RampSpec.warmup_s): a cold first step carried the workers'
+    start-up in CI (p95 1349 ms at 200 tasks/s, then 51 ms at 500) and 'broke' there."""
     monkeypatch.chdir(REPO)
 
     def short_and_clean(data):  # the catalog ramp is minutes long; here 6 steps of 4 s

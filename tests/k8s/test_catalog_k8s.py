@@ -61,6 +61,8 @@ CATALOG = [pytest.param(test_id, src, mode, id=test_id, marks=marks)
     ("head-kill-slow-registry", "head-kill-slow-registry", None, ()),
     ("network-saturation", "network-saturation", None, ()),
     ("blackout-false-deaths", "blackout-false-deaths", None, ()),
+    ("slow-gcs-failing-rpcs", "slow-gcs-failing-rpcs", None, ()),
+    ("head-kill-during-blackout", "head-kill-during-blackout", None, ()),
 ]]
 
 
@@ -71,11 +73,12 @@ CATALOG = [pytest.param(test_id, src, mode, id=test_id, marks=marks)
 CONTROL_PLANE_NICE = -5
 
 
-def start_world(name: str, gcs_ft: bool = True) -> World:
+def start_world(name: str, gcs_ft: bool = True, head_env: dict[str, str] | None = None,
+                shape: str = "default") -> World:
     t0 = time.monotonic()
     SECONDS.setdefault("_nice_before", float(os.getpriority(os.PRIO_PROCESS, 0)))
     os.setpriority(os.PRIO_PROCESS, 0, CONTROL_PLANE_NICE)  # this thread, and all it starts
-    w = World(name=name, gcs_ft=gcs_ft, chaos_mesh=True,
+    w = World(name=name, gcs_ft=gcs_ft, chaos_mesh=True, head_env=head_env, shape=shape,
               state_root="/tmp/raychaos-world-tests").start()
     try:
         w.wait_ready(timeout=600)
@@ -94,10 +97,31 @@ def stop_world(w: World) -> None:
     assert left == [], left
 
 
+def deploy_serve(w: World) -> None:
+    """Deploy the catalog's Serve application with the harness's own code (a Jobs API job on
+    the world, as a run does it), so the head-kill runs reuse it — a RayCluster that already
+    serves it — instead of each deploying (60-100 s on the world) and removing it again; the
+    first run without Serve removes it (the retire path)."""
+    from raychaos.config.settings import KubernetesSpec
+    from raychaos.run.serve import ensure_serve
+    from raychaos.targets.kubernetes.target import KubernetesTarget
+
+    t0 = time.monotonic()
+    target = KubernetesTarget(KubernetesSpec(cluster=str(w.cluster), namespace=w.namespace,
+                                             kubeconfig=w.kubeconfig), run_id="kcat-serve")
+    target.connect()
+    try:
+        assert ensure_serve(target, "serve_app:app")["deployed"]
+    finally:
+        target.close()
+    SECONDS["serve deployed"] = time.monotonic() - t0
+
+
 @pytest.fixture(scope="module")
 def world():
     w = start_world("kcat")
     try:
+        deploy_serve(w)
         yield w
     finally:
         stop_world(w)
@@ -111,7 +135,8 @@ def variant(src: str, dest: Path, mode: str | None = None, edit=None) -> Path:  
     data = yaml.safe_load((REPO / "experiments" / f"{src}.yaml").read_text())
     block = next(e for e in data["extensions"] if e.get("name") == "raychaos")
     block.pop("target", None)  # the command line says where
-    block["monitor"] = {"interval_s": MONITOR_INTERVAL_S, "settle_s": 3, "recovery_window_s": 10}
+    block["monitor"] = {**block.get("monitor", {}), "interval_s": MONITOR_INTERVAL_S,
+                        "settle_s": 3, "recovery_window_s": 10}
     if mode:
         act = next(a for a in data["method"] if a["provider"]["func"] == "kill_head")
         act["provider"].setdefault("arguments", {})["mode"] = mode
@@ -217,6 +242,30 @@ def test_catalog_experiment_on_kubernetes(test_id, src, mode, world, tmp_path):
     assert_clean(world)
     if slow:
         pytest.xfail(slow)
+
+
+def test_the_head_breaking_point_ramp_finds_its_knee_on_kubernetes(world, tmp_path):
+    """``head-breaking-point`` as the local tier runs it (6 steps of 4 s after the warm-up, the
+    ramp alone): the storm's steps, each with what the head's GCS used (its CPU and memory, from
+    the head pod's metrics through the pod proxy), and a knee."""
+    assert_clean(world)
+
+    def short_and_clean(data: dict) -> None:
+        data["method"] = [a for a in data["method"] if a["provider"]["func"] == "ramp_knee"]
+        load = next(e for e in data["extensions"] if e.get("name") == "raychaos")["loads"][0]
+        load["ramp"].update(start=200, step=300, step_s=4, steps=6)
+
+    exp = variant("head-breaking-point", tmp_path / "ramp.yaml", edit=short_and_clean)
+    t0 = time.monotonic()
+    code, summary, out = raychaos_run(world, exp, tmp_path / "results")
+    SECONDS["head-breaking-point"] = time.monotonic() - t0
+    [probe] = [p for p in summary["probes"] if p["name"] == "ramp_knee"]
+    ev = probe["evidence"]
+    assert len(ev["table"]) >= 3 and ev["table"][0]["achieved"] > 100, ev["table"]
+    assert any(s["gcs_rss_mb"] for s in ev["table"]), "the GCS's memory along the way"
+    assert ev["knee"] is not None and ev["knee"] >= 200, ev
+    assert code in (0, 1) and not summary["errors"], out[-3000:]
+    assert_clean(world)
 
 
 # --- the harness itself interrupted or killed mid-fault, on the same warm world -------------

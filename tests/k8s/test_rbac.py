@@ -59,6 +59,7 @@ def tour(w, make_target, monkeypatch) -> None:  # noqa: ANN001
     t.describe()
     t.gcs_alive(0.5)  # the port-forward to the head
     t.cluster_events(0)
+    t.metrics_texts(0.5)  # the pods' metrics through the pod proxy
     from raychaos.errors import TargetBusy
     from raychaos.targets.kubernetes.lease import LeaseLock
     dead = LeaseLock(t._api(), "ray", "demo", duration_s=1)

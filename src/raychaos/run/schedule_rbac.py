@@ -35,6 +35,7 @@ NAMESPACE_RULES: list[Rule] = [
     _rule("", ["pods/exec"], ["create", "get"]),               # kill_head gcs|head
     _rule("", ["pods/portforward"], ["create", "get"]),        # the dashboard, Serve
     _rule("", ["pods/log"], ["get"]),
+    _rule("", ["pods/proxy"], ["get"]),                        # the Ray pods' metrics
     _rule("", ["services"], ["get"]),                          # head / serve Service selectors
     _rule("", ["secrets"], ["get"]),                           # the Ray token, when used
     _rule("", ["events"], ["list", "watch"]),                  # image pull durations

@@ -15,7 +15,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.k8s.world import resources as R
 from tests.k8s.world import websocket as W
@@ -80,7 +80,8 @@ class _Quiet(ThreadingHTTPServer):
 
 
 def _parse(path: str) -> dict[str, Any] | None:
-    parts = [p for p in path.split("/") if p]
+    # each segment decoded, as the API server does (clients send ``pods/NAME%3APORT/proxy``)
+    parts = [unquote(p) for p in path.split("/") if p]
     if len(parts) >= 2 and parts[0] == "api":
         group, version, rest = "", parts[1], parts[2:]
     elif len(parts) >= 3 and parts[0] == "apis":
@@ -189,10 +190,11 @@ class _Handler(BaseHTTPRequestHandler):
         if user:
             return self.send_json(403, R.forbidden(res, verb, user, ns, name),
                                   {"X-Content-Type-Options": "nosniff"})
-        if sub == "proxy" and res.plural == "services" and self.srv.proxy is not None:
+        if sub == "proxy" and res.plural in ("services", "pods") and self.srv.proxy is not None:
             # any body, passed on as sent; the path as sent (a trailing slash matters)
-            tail = url.path.split(f"/{name}/proxy", 1)[1].lstrip("/")
-            return self.srv.proxy(self, ns, name, tail, method, raw)
+            raw_name = url.path.split(f"/{res.plural}/", 1)[1].split("/", 1)[0]
+            tail = url.path.split(f"/{raw_name}/proxy", 1)[1].lstrip("/")
+            return self.srv.proxy(self, ns, name, tail, method, raw, res.plural)
         try:
             body = json.loads(raw) if raw.strip() else None
         except ValueError:

@@ -116,19 +116,33 @@ class Services:
         return None
 
     # --- the API server's service proxy ----------------------------------------------------------
-    def proxy(self, handler: Any, ns: str, name: str, tail: str, method: str, raw: bytes) -> None:
+    def proxy(self, handler: Any, ns: str, name: str, tail: str, method: str, raw: bytes,
+              plural: str = "services") -> None:
+        """``services/NAME[:PORT]/proxy/...`` to a Ready endpoint, ``pods/NAME:PORT/proxy/...``
+        to the pod's address (as the API server does, Ready or not)."""
         parts = name.split(":")
         if len(parts) == 3 or (len(parts) == 2 and parts[0] in ("http", "https")):
             parts = parts[1:]
-        svc_name, port = parts[0], parts[1] if len(parts) > 1 else None
-        if self.w.store.get("services", ns, svc_name) is None:
-            return handler.send_json(404, R.not_found(R.BUILTIN["services"], svc_name))
-        with self.w.store.lock:
-            ep = self.ready_endpoint(ns, svc_name, port)
-        if not ep or not ep[1]:
-            return handler.send_json(503, R.status(503, "ServiceUnavailable",
-                                                   f'no endpoints available for service '
-                                                   f'"{svc_name}"'))
+        obj_name, port = parts[0], parts[1] if len(parts) > 1 else None
+        if plural == "pods":
+            pod = self.w.store.get("pods", ns, obj_name)
+            if pod is None:
+                return handler.send_json(404, R.not_found(R.BUILTIN["pods"], obj_name))
+            ip = (pod.get("status") or {}).get("podIP")
+            ep: tuple | None = (ip, int(port) if port and port.isdigit() else 80, None)
+            if not ip:
+                return handler.send_json(503, R.status(503, "ServiceUnavailable",
+                                                       f'pod "{obj_name}" has no address'))
+        else:
+            if self.w.store.get("services", ns, obj_name) is None:
+                return handler.send_json(404, R.not_found(R.BUILTIN["services"], obj_name))
+            with self.w.store.lock:
+                ep = self.ready_endpoint(ns, obj_name, port)
+            if not ep or not ep[1]:
+                return handler.send_json(503, R.status(503, "ServiceUnavailable",
+                                                       f'no endpoints available for service '
+                                                       f'"{obj_name}"'))
+        assert ep is not None
         query = handler.path.split("?", 1)[1] if "?" in handler.path else ""
         path = "/" + tail + (("?" + query) if query else "")
         headers = {k: v for k, v in handler.headers.items() if k.lower() not in HOP}

@@ -80,17 +80,19 @@ class GcsObserver:
                            reported=reported, incarnation=answer.incarnation)
 
     def _named(self, nodes: Any) -> list[NodeInfo]:
-        """GCS rows named after their pods (by IP); a node whose pod is terminating reads
-        DRAINING, as in the dashboard's node table."""
+        """GCS rows named after the pods at their addresses (a DEAD one too, as in
+        :meth:`RayClusterHandle.nodes`); a node whose pod is terminating reads DRAINING, as in
+        the dashboard's node table."""
         by_ip = {p["status"].get("podIP"): p for p in self.handle.pods() if p.get("status")}
         out = []
         for n in nodes:
-            pod = by_ip.get(n.address) if n.state == "ALIVE" else None
+            at = by_ip.get(n.address)
+            pod = at if n.state == "ALIVE" else None
             state = "DRAINING" if pod is not None and "deletionTimestamp" in pod["metadata"] \
                 else n.state
             labels = {**((pod or {}).get("metadata", {}).get("labels") or {}), **n.labels}
             out.append(NodeInfo(node_id=n.node_id, address=n.address, state=state,
-                                name=pod["metadata"]["name"] if pod else (n.name or n.address),
+                                name=at["metadata"]["name"] if at else (n.name or n.address),
                                 is_head=n.is_head, gpus=n.resources.get("GPU", 0.0),
                                 cpus=n.resources.get("CPU", 0.0), labels=labels,
                                 resources=dict(n.resources)))

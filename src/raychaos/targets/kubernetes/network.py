@@ -6,7 +6,8 @@ namespace itself — and "landed" is the chaos's own ``AllInjected=True`` condit
 accepting the object. The flood (the noisy neighbour) and the proof are the same small
 standard-library TCP probe the local target uses, run *in the Ray containers* by exec (every Ray
 image has Python): a transfer from a peer pod to the victim measured before and during the
-fault, and a paced flood into the victim that stops by itself after ``flood_s``.
+fault, and a paced flood that stops by itself after ``flood_s`` — UDP out of the victim when
+its bandwidth is shaped (the direction the shaper queues), TCP into it otherwise.
 
 Every object carries ``raychaos.io/run-id``; undo and ``cleanup_run`` delete them (404 = already
 gone) and stop the flood (``pkill`` in the pods).
@@ -133,7 +134,8 @@ def saturate_network(api: ApiSession, ns: str, run_id: str, record: dict[str, An
                      victims: list[dict[str, Any]], peer: dict[str, Any], rate: str | None,
                      flood: bool, flood_s: float, flood_bps: float, limit: int = 20971520
                      ) -> dict[str, Any]:
-    """Shape the victims' bandwidth (Chaos Mesh) and/or flood them from ``peer``; evidence: a
+    """Shape the victims' bandwidth (Chaos Mesh) and/or flood their link (with ``peer`` at the
+    other end); evidence: a
     transfer measured before and during — first victim → peer when shaped (the direction a
     bandwidth action limits), peer → first victim for a flood alone."""
     labels = run_labels(run_id, **{"raychaos.io/fault": "saturate-network"})
@@ -162,13 +164,21 @@ def saturate_network(api: ApiSession, ns: str, run_id: str, record: dict[str, An
                           for p in [*victims, peer]]
         checkpoint(record)
         streams = []
-        for v in victims:
-            ip = v["status"]["podIP"]
-            streams.append(open_exec(api, ns, _name(v), _container(v),
-                                     _cmd("recv", ip, FLOOD_PORT, flood_s), flood_s + 30))
+        for i, v in enumerate(victims):
+            # shaped, the flood leaves the victim as UDP: it fills the queue the bandwidth
+            # action put on the victim's egress, where everything else the victim sends (a
+            # raylet's health-check replies, shuffle blocks) waits behind it, as behind a
+            # saturated NIC — a TCP flow is held to a few packets in its own host's queue
+            # (netprobe.py says why), and one coming in would pass an unshaped direction.
+            # Alone, a TCP flood comes in.
+            sink, source = (peer, v) if rate else (v, peer)
+            ip, port = sink["status"]["podIP"], FLOOD_PORT + i
+            proto = "udp-" if rate else ""
+            streams.append(open_exec(api, ns, _name(sink), _container(sink),
+                                     _cmd(f"{proto}recv", ip, port, flood_s), flood_s + 30))
             time.sleep(0.3)
-            streams.append(open_exec(api, ns, _name(peer), _container(peer),
-                                     _cmd("send", ip, FLOOD_PORT, flood_s, flood_bps),
+            streams.append(open_exec(api, ns, _name(source), _container(source),
+                                     _cmd(f"{proto}send", ip, port, flood_s, flood_bps),
                                      flood_s + 30))
         _open_floods[undo["id"]] = streams
         time.sleep(0.5)

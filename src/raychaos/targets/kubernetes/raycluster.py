@@ -230,14 +230,17 @@ class RayClusterHandle:
 
     # --- Ray's view ----------------------------------------------------------------------------
     def nodes(self, timeout: float) -> list[NodeInfo]:
-        """Ray's node table with each ALIVE node named by its pod; a node whose pod is
+        """Ray's node table with each node named by the pod at its address (a DEAD one too:
+        a pod cut off, or restarted in place, keeps its address — "which pod died" is what a
+        reader wants; with no such pod, Ray's own name for it); a node whose pod is
         terminating (evicted, deleted) reads DRAINING."""
         rows = self.node_table.ray_nodes(timeout)
         by_ip = {p["status"].get("podIP"): p for p in self.pods() if p.get("status")}
         out = []
         for r in rows:
             ip, state = str(r.get("node_ip", "")), str(r.get("state", "DEAD"))
-            pod = by_ip.get(ip) if state == "ALIVE" else None
+            at = by_ip.get(ip)
+            pod = at if state == "ALIVE" else None
             if pod is not None and "deletionTimestamp" in pod["metadata"]:
                 state = "DRAINING"
             res = {k: float(v) for k, v in (r.get("resources_total") or {}).items()
@@ -245,7 +248,7 @@ class RayClusterHandle:
             labels = {**((pod or {}).get("metadata", {}).get("labels") or {}),
                       **{str(k): str(v) for k, v in (r.get("labels") or {}).items()}}
             out.append(NodeInfo(node_id=str(r.get("node_id", "")),
-                                name=pod["metadata"]["name"] if pod else str(
+                                name=at["metadata"]["name"] if at else str(
                                     r.get("node_name") or ip),
                                 address=ip, state=state, is_head=bool(r.get("is_head_node")),
                                 gpus=res.get("GPU", 0.0), cpus=res.get("CPU", 0.0),

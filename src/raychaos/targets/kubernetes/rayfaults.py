@@ -429,8 +429,8 @@ def ray_log_counts(self: KubernetesTarget, nodes: list[str], needles: list[str]
         if ran.code not in (0, 1):  # grep's 1: nothing matched
             continue
         seen = dict.fromkeys(needles, 0)
-        for line in ran.stdout.splitlines():
-            count, _, text = line.strip().partition(" ")
+        for line in ran.stdout.splitlines():  # "      3 NEEDLE" (a needle may end in a space)
+            count, _, text = line.lstrip().partition(" ")
             if text in seen and count.isdigit():
                 seen[text] = int(count)
         uid = pod["metadata"].get("uid")

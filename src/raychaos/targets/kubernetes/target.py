@@ -37,7 +37,12 @@ from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.events import pod_changes, pull_events
 from raychaos.targets.kubernetes.incluster import use_service_dns
 from raychaos.targets.kubernetes.informer import Informer
-from raychaos.targets.kubernetes.raycluster import RayClusterHandle, gcs_ft_of, tc_rate
+from raychaos.targets.kubernetes.raycluster import (
+    RayClusterHandle,
+    gcs_ft_of,
+    is_running,
+    tc_rate,
+)
 from raychaos.targets.kubernetes.safety import (
     check_namespace,
     gpu_count,
@@ -46,6 +51,9 @@ from raychaos.targets.kubernetes.safety import (
 from raychaos.targets.kubernetes.workload import Workload
 
 __all__ = ["KubernetesTarget"]
+
+#: Where a KubeRay Ray container exports Prometheus metrics when no port is named ``metrics``
+METRICS_PORT = 8080
 
 
 class KubernetesTarget:
@@ -234,8 +242,26 @@ class KubernetesTarget:
         return handle.forward("serve").url
 
     def metrics_texts(self, timeout: float = 0.5) -> list[str]:
-        """Not read on Kubernetes yet (the raylets' metrics ports are inside the pods)."""
-        return []
+        """Each Running Ray pod's Prometheus metrics (object store, spill, resources), read
+        through the API server's pod proxy (``pods/proxy``: nothing else needs to be reachable)
+        from the port KubeRay exports them on (the container port named ``metrics``, else
+        8080); a pod that does not answer is left out."""
+        handle = self._handle()
+        api = self._api()
+        texts = []
+        for pod in handle.pods():
+            if not is_running(pod):
+                continue
+            port = next((p.get("containerPort") for c in pod["spec"]["containers"]
+                         for p in c.get("ports") or [] if p.get("name") == "metrics"),
+                        METRICS_PORT)
+            try:
+                texts.append(api.read_text(api.core.connect_get_namespaced_pod_proxy_with_path,
+                                           f"{pod['metadata']['name']}:{port}", self.ns,
+                                           "metrics", _request_timeout=max(timeout, 1.0)))
+            except (KubeApiError, TargetUnavailable):
+                continue
+        return texts
 
     def cluster_events(self, since: float) -> list[dict[str, Any]]:
         """Image pulls the kubelet reported (``Pulled`` events) since ``since``, each once, and

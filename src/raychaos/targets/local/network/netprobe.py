@@ -7,6 +7,14 @@ two pods (the evidence that a network fault changed the rate) and a paced, time-
 
     python local_netprobe.py recv HOST PORT SECONDS      # prints {"bytes", "seconds", "rate_bps"}
     python local_netprobe.py send HOST PORT SECONDS [RATE_BPS]
+    python local_netprobe.py udp-recv HOST PORT SECONDS  # a sink, so no port-unreachable replies
+    python local_netprobe.py udp-send HOST PORT SECONDS RATE_BPS
+
+The UDP flood fills the sender's own shaped queue, which a TCP flow cannot: the kernel keeps a
+TCP socket's bytes in its host's queues to about a millisecond of its pacing rate (TCP Small
+Queues), so a shaper on the sender's own interface sees a few packets of it, never the seconds
+of bufferbloat a saturated link has (measured on a 2 Mbit tbf: ~20 KB backlog under a TCP
+flood; its 1.25 MB limit full under UDP).
 """
 
 from __future__ import annotations
@@ -74,10 +82,59 @@ def send(host: str, port: int, seconds: float, rate_bps: float = 0.0) -> dict[st
     return {"bytes": sent, "seconds": round(time.monotonic() - t0, 3)}
 
 
+UDP_PAYLOAD = b"\xa5" * 1400  # one packet under the usual MTU
+
+
+def udp_recv(host: str, port: int, seconds: float) -> dict[str, float | str]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((host, port))
+    sock.settimeout(1.0)
+    print("READY", flush=True)
+    total, deadline = 0, time.monotonic() + seconds + 5
+    with sock:
+        while time.monotonic() < deadline:
+            try:
+                total += len(sock.recv(65536))
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+    return {"bytes": total}
+
+
+#: A socket may have only its send buffer's worth (~200 KB) queued below it: these many fill a
+#: deep shaper queue (seconds at a few Mbit/s), as many senders on one NIC do
+UDP_SOCKETS = 16
+
+
+def udp_send(host: str, port: int, seconds: float, rate_bps: float) -> dict[str, float | str]:
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(UDP_SOCKETS)]
+    sent, t0, i = 0, time.monotonic(), 0
+    deadline = t0 + seconds
+    try:
+        while time.monotonic() < deadline:
+            if sent * 8 > rate_bps * (time.monotonic() - t0):
+                time.sleep(0.002)  # paced: a full queue, not a burnt core
+                continue
+            i = (i + 1) % len(socks)
+            try:
+                sent += socks[i].sendto(UDP_PAYLOAD, (host, port))
+            except OSError:  # the queue is full (ENOBUFS): that is the point; wait a little
+                time.sleep(0.002)
+    finally:
+        for sock in socks:
+            sock.close()
+    return {"bytes": sent, "seconds": round(time.monotonic() - t0, 3)}
+
+
 def main(argv: list[str]) -> int:
     mode, host, port, seconds = argv[0], argv[1], int(argv[2]), float(argv[3])
     if mode == "recv":
         print(json.dumps(recv(host, port, seconds)), flush=True)
+    elif mode == "udp-recv":
+        print(json.dumps(udp_recv(host, port, seconds)), flush=True)
+    elif mode == "udp-send":
+        print(json.dumps(udp_send(host, port, seconds, float(argv[4]))), flush=True)
     else:
         print(json.dumps(send(host, port, seconds, float(argv[4]) if len(argv) > 4 else 0.0)),
               flush=True)
