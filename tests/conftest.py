@@ -88,6 +88,39 @@ _STATUS = pytest.StashKey[int]()
 _FAILED: list[str] = []  # "nodeid: why", a line per failed test of the outermost run
 
 
+#: A test of a real-cluster tier slower than this gets a line of its own when it ends.
+SLOW_LINE_S = 90.0
+_STARTED: list[float] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Say at once, on a line of its own, when a test fails (a first attempt a rerun hides
+    too) or takes long: a CI run cut off by its time limit never prints the digest or the
+    durations, and its progress dots alone say neither what failed nor where the time went."""
+    outcome = yield
+    report = outcome.get_result()
+    if not _FIRST or item.config is not _FIRST[0]:
+        return
+    import time
+
+    reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    at = f"[{(time.monotonic() - _STARTED[0]) / 60:5.1f} min]"
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        why = crash.message if crash is not None else str(report.longrepr)
+        why = " ".join((why.strip().splitlines() or [""])[0].split())[:300]
+        reporter.ensure_newline()
+        reporter.write_line(f"{at} FAILED {item.nodeid} ({report.when}, "
+                            f"{report.duration:.0f} s): {why}")
+    elif report.when == "call" and report.duration >= SLOW_LINE_S:
+        reporter.ensure_newline()
+        reporter.write_line(f"{at} slow: {item.nodeid} {report.duration:.0f} s "
+                            f"({report.outcome})")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_logreport(report):
     """Remember why each test failed, in one line, for the digest printed last (CI shows the
@@ -104,7 +137,10 @@ def pytest_runtest_logreport(report):
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
     if not _FIRST:
+        import time
+
         _FIRST.append(config)
+        _STARTED.append(time.monotonic())
 
 
 @pytest.hookimpl(trylast=True)
