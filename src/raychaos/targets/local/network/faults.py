@@ -2,8 +2,8 @@
 
 The knobs are the kernel's own: a tbf qdisc on both ends of a node's veth (host side = traffic
 into the node, node side inside its namespace = traffic out of it), an nftables table in the
-node's namespace for random drops (``numgen random``) or a full partition, and a paced bulk TCP
-flood between pods (``local_netprobe.py``). Each piece is written into the record's ``undo``
+node's namespace for random drops (``numgen random``) or a full partition, and a paced flood
+between pods (``netprobe.py``: UDP out of a shaped node, else bulk TCP into it). Each piece is written into the record's ``undo``
 *before* it is applied, so an interrupted fault is still fully undone. Proof that it landed is
 measured, not assumed: a short TCP transfer between two pods before and during the fault.
 """
@@ -104,14 +104,22 @@ def saturate_network(cluster: LocalCluster, *, nodes: list[str], bandwidth_bps: 
             applied["nft"][name] = nft_table_add(plan["netns"], rules)
     if flood and not partition:
         rate = bandwidth_bps * 2 if bandwidth_bps else 200e6  # paced: load, not a CPU burn
-        for name in nodes:
-            sink = _spawn(pods[name]["netns"], "recv", pods[name]["ip"], FLOOD_PORT,
-                          flood_s, pipe=False)
+        for i, name in enumerate(nodes):
+            # shaped, the flood leaves the node as UDP: it fills the node's own egress queue,
+            # where everything else it sends (the raylet's health-check replies, shuffle
+            # blocks) waits behind it, as behind a saturated NIC — a TCP flow coming in is
+            # held by its congestion window and leaves the queue shallow (measured: the link
+            # full at 2 Mbit/s, not one health check late). Alone, a TCP flood comes in. The
+            # Kubernetes target floods the same way.
+            sink_node, source = (peer, name) if bandwidth_bps else (name, peer)
+            proto = "udp-" if bandwidth_bps else ""
+            sink = _spawn(pods[sink_node]["netns"], f"{proto}recv", pods[sink_node]["ip"],
+                          FLOOD_PORT + i, flood_s, pipe=False)
             undo["pids"].append(sink.pid)
             checkpoint(record)
             time.sleep(0.3)
-            src = _spawn(pods[peer]["netns"], "send", pods[name]["ip"], FLOOD_PORT,
-                         flood_s, rate, pipe=False)
+            src = _spawn(pods[source]["netns"], f"{proto}send", pods[sink_node]["ip"],
+                         FLOOD_PORT + i, flood_s, rate, pipe=False)
             undo["pids"].append(src.pid)
             checkpoint(record)
         time.sleep(0.5)
