@@ -363,29 +363,58 @@ def raylet_alive(self: KubernetesTarget, node_ids: list[str]) -> dict[str, bool 
     """For each GCS node ID: is its raylet still running in its pod? The pod is found by the
     node's address; the check is an exec (through the kubelet, so a pod whose network is cut
     still answers). True/False from ``pgrep``; no pod with that address: False (the pod is
-    gone); None when the node, or the exec, gives no answer."""
+    gone), and False when the pod's container is not running (restarting: no process of the
+    container it ran in is left); None when the node, or the exec, gives no answer. When the
+    dashboard cannot say where the node was (it runs on the head: a head that just restarted
+    is the usual case), every Ray pod is asked instead."""
     handle = self._handle()
     try:
-        ips = {str(r.get("node_id")): str(r.get("node_ip")) for r in handle.dashboard.ray_nodes(5)}
+        ips: dict[str, str] | None = {
+            str(r.get("node_id")): str(r.get("node_ip")) for r in handle.dashboard.ray_nodes(5)}
     except (TargetUnavailable, KubeApiError):
-        return dict.fromkeys(node_ids)
-    by_ip = {(p.get("status") or {}).get("podIP"): p for p in handle.pods()
-             if "deletionTimestamp" not in p["metadata"]}
+        ips = None
+    pods = [p for p in handle.pods() if "deletionTimestamp" not in p["metadata"]]
+    by_ip = {(p.get("status") or {}).get("podIP"): p for p in pods}
     out: dict[str, bool | None] = {}
     for node_id in node_ids:
-        pod = by_ip.get(ips.get(node_id))
-        if node_id not in ips or pod is None:
-            out[node_id] = None if node_id not in ips else False
-            continue
-        try:
-            ran = exec_in(handle.api, handle.ns, pod["metadata"]["name"],
-                          pod["spec"]["containers"][0]["name"],
-                          ["pgrep", "-f", f"raylet.*node_id={node_id}"], timeout=10)
-        except (TargetUnavailable, KubeApiError):
+        if ips is None:
+            asked = pods
+        elif node_id not in ips:
             out[node_id] = None
             continue
-        out[node_id] = {0: True, 1: False}.get(ran.code) if ran.code is not None else None
+        elif ips[node_id] not in by_ip:
+            out[node_id] = False
+            continue
+        else:
+            asked = [by_ip[ips[node_id]]]
+        answers = [_raylet_in_pod(handle, pod, node_id) for pod in asked]
+        out[node_id] = True if True in answers else None if None in answers or not answers \
+            else False
     return out
+
+
+def _raylet_in_pod(handle: Any, pod: dict[str, Any], node_id: str) -> bool | None:
+    if not _ray_container_running(pod):
+        return False
+    try:
+        ran = exec_in(handle.api, handle.ns, pod["metadata"]["name"],
+                      pod["spec"]["containers"][0]["name"],
+                      ["pgrep", "-f", f"raylet.*node_id={node_id}"], timeout=10)
+    except (TargetUnavailable, KubeApiError):
+        # refused because the container went down meanwhile: its raylet went with it
+        again = next((p for p in handle.pods()
+                      if p["metadata"]["name"] == pod["metadata"]["name"]), None)
+        return None if again is not None and _ray_container_running(again) else False
+    return {0: True, 1: False}.get(ran.code) if ran.code is not None else None
+
+
+def _ray_container_running(pod: dict[str, Any]) -> bool:
+    """The pod's Ray container (its first) is running now (not waiting to restart, not
+    terminated)."""
+    name = pod["spec"]["containers"][0]["name"]
+    status = next((c for c in (pod.get("status") or {}).get("containerStatuses") or []
+                   if c.get("name") == name), None)
+    return bool(status and "running" in (status.get("state") or {}))
 
 
 def node_env(self: KubernetesTarget, nodes: list[str], names: list[str]

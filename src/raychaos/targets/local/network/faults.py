@@ -3,9 +3,10 @@
 The knobs are the kernel's own: a tbf qdisc on both ends of a node's veth (host side = traffic
 into the node, node side inside its namespace = traffic out of it), an nftables table in the
 node's namespace for random drops (``numgen random``) or a full partition, and a paced flood
-between pods (``netprobe.py``: UDP out of a shaped node, else bulk TCP into it). Each piece is written into the record's ``undo``
-*before* it is applied, so an interrupted fault is still fully undone. Proof that it landed is
-measured, not assumed: a short TCP transfer between two pods before and during the fault.
+between pods (``netprobe.py``: UDP out of a shaped node, else bulk TCP into it). Each piece
+is written into the record's ``undo`` *before* it is applied, so an interrupted fault is still
+fully undone. Proof that it landed is measured, not assumed: a short TCP transfer between two
+pods before and during the fault.
 """
 
 from __future__ import annotations
