@@ -1,4 +1,5 @@
-"""The head-kill experiment end to end on a real local Ray cluster, both kill modes.
+"""The head-kill experiment end to end on a real local Ray cluster, both kill modes (``head``
+through the CLI, as a person runs it).
 
 The integration tier's shared cluster (Ray nodes are slow to start on 2 cores), proven clean
 before and after the module; the second run reuses the Serve application the first deployed.
@@ -53,7 +54,8 @@ def test_cluster_is_pods_with_a_gpu_worker(cluster):
     assert head.cpus == 0.0, "no work is scheduled on the head"
 
 
-@pytest.mark.parametrize("mode", ["gcs", "head"])
+#: ``head`` (the shipped mode) runs through the CLI below, with the same observer
+@pytest.mark.parametrize("mode", ["gcs"])
 def test_head_kill_experiment(cluster, tmp_path, monkeypatch, mode):
     target, root = cluster
     monkeypatch.chdir(REPO)
@@ -67,8 +69,7 @@ def test_head_kill_experiment(cluster, tmp_path, monkeypatch, mode):
     exp = variant("experiments/head-kill.yaml", tmp_path / "exp.yaml", edit)
     before = target.head_identity()
     seen = tmp_path / "observer.jsonl"
-    observer = subprocess.Popen([sys.executable, str(REPO / "tests/integration/_gcs_observer.py"),
-                                 target.cluster.gcs_address, str(seen)])
+    observer = _observer(target, seen)
     try:
         code = run_experiment_file(exp, results_root=str(tmp_path / "results"),
                                    state_root=str(root), quiet=True)
@@ -101,6 +102,21 @@ def test_head_kill_experiment(cluster, tmp_path, monkeypatch, mode):
     assert slow or {s["verdict"] for s in summary["slos"]} == {"pass"}
     for name in ("journal.json", "timeline.jsonl", "ledger.json", "junit.xml", "report.html"):
         assert (run_dir / name).exists(), name
+    _agrees_with_the_observer(run_dir, summary, seen)
+    assert os.path.isdir(root / NAME), "the run reused the module's cluster and left it up"
+    if slow:
+        pytest.xfail(slow)
+
+
+def _observer(target, seen):  # noqa: ANN001, ANN202
+    return subprocess.Popen([sys.executable, str(REPO / "tests/integration/_gcs_observer.py"),
+                             target.cluster.gcs_address, str(seen)])
+
+
+def _agrees_with_the_observer(run_dir, summary: dict, seen) -> None:  # noqa: ANN001
+    """The monitor did not go blind during the outage, and the harness saw the GCS answer
+    again when the independent observer did (± 0.3 s)."""
+    gcs = next(p for p in summary["probes"] if p["name"] == "gcs_recovery")["evidence"]
     lines = (run_dir / "timeline.jsonl").read_text().splitlines()
     samples = [json.loads(x) for x in lines if '"kind": "sample"' in x]
     gaps = [b["t"] - a["t"] for a, b in zip(samples, samples[1:], strict=False)
@@ -108,7 +124,6 @@ def test_head_kill_experiment(cluster, tmp_path, monkeypatch, mode):
     assert sorted(gaps)[len(gaps) // 2] <= 0.5, "the monitor samples at about 200 ms"
     interval = summary["monitor"]["interval_s"]
     assert summary["monitor"]["outage_max_gap_s"] <= 2 * interval, summary["monitor"]
-    # the harness saw the GCS answer again when an independent observer did (± 0.3 s)
     kill_ts = next(json.loads(x)["ts"] for x in lines if '"head_killed"' in x)
     harness_first = kill_ts + gcs["gcs_first_answer_s"]
     polls = [json.loads(x) for x in seen.read_text().splitlines() if x.strip()]
@@ -117,9 +132,6 @@ def test_head_kill_experiment(cluster, tmp_path, monkeypatch, mode):
     observer_first = next(p["ts"] for p in after[first_down:] if p["up"])
     assert abs(harness_first - observer_first) <= 0.3, (harness_first, observer_first)
     assert any(json.loads(x).get("kind") == "load" for x in lines)
-    assert os.path.isdir(root / NAME), "the run reused the module's cluster and left it up"
-    if slow:
-        pytest.xfail(slow)
 
 
 # Ray's and Locust's own log formats: Python loggers (``dashboard_sdk.py:423 -- ...``), the C++
@@ -138,7 +150,7 @@ def test_a_head_kill_from_the_cli_keeps_the_console_clean_and_its_report_reads(
     Chromium, tells the story, has per-load tables, and its timeline answers the mouse."""
     from tests._browser import CHROMIUM, check_in_chromium
 
-    _target, root = cluster
+    target, root = cluster
 
     def edit(data):
         block = raychaos_block(data)
@@ -148,16 +160,24 @@ def test_a_head_kill_from_the_cli_keeps_the_console_clean_and_its_report_reads(
     exp = variant("experiments/head-kill.yaml", tmp_path / "exp.yaml", edit)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env["PYTHONPATH"] = f"{REPO / 'src'}{os.pathsep}{REPO}"
-    proc = subprocess.run([sys.executable, "-m", "raychaos.cli", "run", str(exp), "--results",
-                           str(tmp_path / "results"), "--state-root", str(root)], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=600,
-                          stdin=subprocess.DEVNULL)
+    seen = tmp_path / "observer.jsonl"
+    observer = _observer(target, seen)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "raychaos.cli", "run", str(exp),
+                               "--results", str(tmp_path / "results"), "--state-root",
+                               str(root)], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=600, stdin=subprocess.DEVNULL)
+    finally:
+        observer.send_signal(signal.SIGTERM)
+        observer.wait(timeout=10)
     console = proc.stdout + proc.stderr
     (tmp_path / "console.txt").write_text(console)
     [run_dir] = list((tmp_path / "results").iterdir())
-    if proc.returncode != 0:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    slow = slower_than_calibrated(proc.returncode, summary)
+    if proc.returncode != 0 and not slow:
         xfail_if_head_crash_looped(run_dir)
-    assert proc.returncode == 0, console[-4000:]
+    assert proc.returncode == 0 or slow, console[-4000:]
     noise = [line for line in console.splitlines() if LIBRARY_LINE.search(line)]
     assert not noise, noise[:10]
     assert (run_dir / "harness.log").exists()
@@ -167,10 +187,13 @@ def test_a_head_kill_from_the_cli_keeps_the_console_clean_and_its_report_reads(
     assert re.search(r"^probe gcs_recovery\s+run\s+GCS back in \d+\.\d s, workers in",
                      proc.stdout, re.M), proc.stdout[-3000:]
     assert re.search(r"^probe job_survival\s+run\s+1/1 jobs survived", proc.stdout, re.M)
+    _agrees_with_the_observer(run_dir, summary, seen)
     if CHROMIUM.exists():
         seen = check_in_chromium(run_dir / "report.html", tmp_path / "report.png")
-        assert seen["story"].startswith("Passed: all")
+        assert seen["story"].startswith("Failed:" if slow else "Passed: all"), seen["story"]
         assert "raychaos killed the head (mode head, SIGKILL" in seen["story"]
         assert "The GCS was down for" in seen["story"]
         assert seen["loads"] == "serve_users,task_storm"
         assert re.search(r"GCS : (up|DOWN)", seen["hover"]), seen["hover"]
+    if slow:
+        pytest.xfail(slow)

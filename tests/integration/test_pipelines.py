@@ -22,6 +22,7 @@ from ._experiments import (
     WARM,
     module_cluster,
     raychaos_block,
+    slower_than_calibrated,
     variant,
     xfail_if_head_crash_looped,
 )
@@ -65,14 +66,19 @@ def test_head_kill_through_the_plugin_then_compare(cluster, pytester: pytest.Pyt
         "--raychaos-results", str(results), "--raychaos-state-root", str(root),
         f"--junitxml={xml}", timeout=800)
     out = "\n".join(result.outlines[-60:])
-    if result.ret != 0 and results.exists():
-        for run_dir in results.iterdir():
-            xfail_if_head_crash_looped(run_dir)
-    assert result.ret == 0, out
-    result.assert_outcomes(passed=1 + len(SLOS) + len(PROBES))
-
-    [run_dir] = list(results.iterdir())
+    runs = list(results.iterdir()) if results.exists() else []
+    assert len(runs) == 1, out
+    [run_dir] = runs
     summary = json.loads((run_dir / "summary.json").read_text())
+    # a box slower than the shipped calibration fails those SLOs' cases (and the run's), and
+    # only those: everything else is checked the same, then the test ends as an xfail
+    slow = slower_than_calibrated(1, summary) if result.ret != 0 else None
+    if result.ret != 0 and not slow:
+        xfail_if_head_crash_looped(run_dir)
+    assert result.ret == 0 or slow, out
+    late = {f"slo[{s['name']}]" for s in summary["slos"] if s["verdict"] != "pass"}
+    if not slow:
+        result.assert_outcomes(passed=1 + len(SLOS) + len(PROBES))
     # proof the chaos happened: the head was killed and a new one took its place
     [fault] = summary["faults"]
     assert fault["evidence"]["landed"] and fault["evidence"]["old"]["pid"] == before["pid"]
@@ -82,6 +88,11 @@ def test_head_kill_through_the_plugin_then_compare(cluster, pytester: pytest.Pyt
     expected = {"run", *(f"slo[{n}]" for n in SLOS), *(f"probe[{n}]" for n in PROBES)}
     assert set(cases) == expected, sorted(cases)
     for name, case in cases.items():
+        if name in late:
+            assert case.find("failure") is not None, name
+            continue
+        if slow and name == "run":
+            continue  # the run's own verdict: failed, for those SLOs
         assert case.find("failure") is None and case.find("error") is None, name
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
         assert props["run_dir"] == str(run_dir), name
@@ -105,3 +116,5 @@ def test_head_kill_through_the_plugin_then_compare(cluster, pytester: pytest.Pyt
     assert "gcs-recovers-fast" in report and "regression" in report.lower(), report
     # the run stopped its loads and read that back (loads_ended): none is left on the cluster
     assert target.jobs.active_jobs() == [], "a load job outlived the run"
+    if slow:
+        pytest.xfail(slow)
