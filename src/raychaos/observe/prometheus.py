@@ -17,10 +17,20 @@ _LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+([-+0-9.eEinfINFNa
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def parse_prometheus(text: str) -> Iterable[tuple[str, dict[str, str], float]]:
-    """(name, labels, value) for every sample line of a Prometheus text exposition."""
+#: The only metrics :func:`resource_snapshot` reads (a raylet exports thousands of lines)
+SNAPSHOT_METRICS = ("ray_object_store_used_memory", "ray_spill_manager_objects_bytes",
+                    "ray_component_cpu_percentage", "ray_component_rss_mb", "ray_resources")
+_SAMPLE = re.compile(r"^[a-zA-Z_:]", re.M)
+
+
+def parse_prometheus(text: str, names: tuple[str, ...] | None = None
+                     ) -> Iterable[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) for every sample line of a Prometheus text exposition, or only
+    those of ``names`` (a line of another metric is skipped before it is parsed)."""
     for line in text.splitlines():
         if not line or line.startswith("#"):
+            continue
+        if names is not None and not line.startswith(names):
             continue
         m = _LINE.match(line)
         if not m:
@@ -37,13 +47,17 @@ def resource_snapshot(texts: Iterable[str]) -> dict[str, Any]:
 
     ``spilled_mb``/``spill_total_mb`` and ``restore_total_mb`` are the raylets' cumulative
     spilled and restored bytes (rates come from their differences); ``gcs_cpu_pct`` and
-    ``gcs_rss_mb`` are the GCS process's own, as the head's reporter agent measures them."""
+    ``gcs_rss_mb`` are the GCS process's own, as the head's reporter agent measures them.
+
+    Only those metrics' lines are parsed: the monitor's job poller calls this once a second,
+    and parsing every line of every node's text held the GIL for a quarter of the run (py-spy,
+    a local head kill), starving the GCS sampler of it while a restarting head took the CPU."""
     used = spilled = restored = gpu_avail = gpu_used = 0.0
     gcs: dict[str, float] = {}
     seen = False
     for text in texts:
-        for name, labels, value in parse_prometheus(text):
-            seen = True
+        seen = seen or _SAMPLE.search(text) is not None
+        for name, labels, value in parse_prometheus(text, SNAPSHOT_METRICS):
             if name == "ray_object_store_used_memory":
                 used += value
             elif name == "ray_spill_manager_objects_bytes" and labels.get("State") == "Spilled":
