@@ -109,12 +109,9 @@ def pytest_runtest_makereport(item, call):
         return
     at = f"[{(time.monotonic() - _STARTED[0]) / 60:5.1f} min]"
     if report.failed:
-        crash = getattr(report.longrepr, "reprcrash", None)
-        why = crash.message if crash is not None else str(report.longrepr)
-        why = " ".join((why.strip().splitlines() or [""])[0].split())[:300]
         reporter.ensure_newline()
         reporter.write_line(f"{at} FAILED {item.nodeid} ({report.when}, "
-                            f"{report.duration:.0f} s): {why}")
+                            f"{report.duration:.0f} s): {_why(report)[:300]}")
     elif report.when == "call" and report.duration >= SLOW_LINE_S:
         reporter.ensure_newline()
         reporter.write_line(f"{at} slow: {item.nodeid} {report.duration:.0f} s "
@@ -127,11 +124,15 @@ def pytest_runtest_logreport(report):
     end of the output: the reason of every failure must be there, not only the last one's)."""
     if not report.failed or not _FIRST:
         return
+    when = "" if report.when == "call" else f" ({report.when})"
+    _FAILED.append(f"{report.nodeid}{when}: {_why(report)[:400]}")
+
+
+def _why(report) -> str:  # noqa: ANN001
+    """A failed report's reason, its first line with the spaces folded."""
     crash = getattr(report.longrepr, "reprcrash", None)
     why = crash.message if crash is not None else str(report.longrepr)
-    why = " ".join((why.strip().splitlines() or [""])[0].split())
-    when = "" if report.when == "call" else f" ({report.when})"
-    _FAILED.append(f"{report.nodeid}{when}: {why[:400]}")
+    return " ".join((why.strip().splitlines() or [""])[0].split())
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -278,7 +278,7 @@ def test_log_counts_follow_the_head_through_a_new_pod(world, harness):
     """After the in-place restarts (the GCS kill, the whole container) and the new head pod,
     the harness has counted every GCS start, each container's logs once."""
     assert wait(lambda: gcs_starts(harness) == 4, 30,
-                f"four GCS starts counted (counted so far: {LOG_COUNTS})")
+                f"four GCS starts counted (counted before this wait: {LOG_COUNTS})")
 
 
 def test_eviction_moves_the_gpu_worker_and_cordons_strand_it(world, api):

@@ -29,7 +29,7 @@ from raychaos.targets.base import NodeInfo, Observation, Refusal, RunLock
 from raychaos.targets.kubernetes import drain as k8s_drain
 from raychaos.targets.kubernetes import head as k8s_head
 from raychaos.targets.kubernetes import network as k8s_network
-from raychaos.targets.kubernetes import rayfaults
+from raychaos.targets.kubernetes import rayfaults, rayobserve
 from raychaos.targets.kubernetes import registry as k8s_registry
 from raychaos.targets.kubernetes import review as k8s_review
 from raychaos.targets.kubernetes import undo as k8s_undo
@@ -72,7 +72,7 @@ class KubernetesTarget:
         self.raycluster: dict[str, Any] = {}
         self.drivers: dict[str, dict[str, Any]] = {}
         self._log_offsets: dict[str, int] = {}
-        self.log_counts: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}  # rayfaults
+        self.log_counts: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}  # rayobserve
         self._pulled: Informer | None = None
         self._emitted: set[str] = set()
         self._pod_snapshot: dict[str, dict[str, Any]] | None = None
@@ -284,8 +284,9 @@ class KubernetesTarget:
                                                   time.time())
         return sorted(fresh + changes, key=lambda e: e["ts"])
 
-    (gcs_call_ms, node_resources, raylet_alive, node_env, ray_log_counts, network_counters,
-     job_history, restart_with_env, cut_network, restore_network) = rayfaults.METHODS
+    (gcs_call_ms, node_resources, raylet_alive, ray_log_counts, network_counters,
+     job_history) = rayobserve.METHODS
+    node_env, restart_with_env, cut_network, restore_network = rayfaults.METHODS
 
     def review_objects(self) -> list[dict[str, Any]]:  # the RayCluster, PDBs, pods
         return k8s_review.live_objects(self._api(), self.ns, self.raycluster)
