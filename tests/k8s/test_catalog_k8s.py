@@ -50,13 +50,11 @@ MONITOR_INTERVAL_S = 0.2
 #: raychaos's own kill_head and wait_head_back) are tested in test_world_ray.py, and the
 #: catalog's other in-place kills (shuffle-under-head-kill, head-kill-slow-registry,
 #: head-kill-during-blackout) run here as shipped.
-#: Not here: slow-gcs-failing-rpcs. The head pod KubeRay recreates with
-#: ``RAY_testing_asio_delay_us`` (150-300 ms on every GCS handler) never passes its readiness
-#: probe on the world (``/api/gcs_healthz``, 2 s timeout, as KubeRay sets it), so the fault
-#: ends "did not land" after 180 s, and the worker's RPC failures after as long again (428 s a
-#: run, measured 2026-12-02). The template patch and the pod restarts it does are tested in
-#: test_ray_faults.py; the experiment runs end to end on the local target.
-#: (test id, catalog file, kill_head mode or None, marks)
+#: slow-gcs-failing-rpcs: the head KubeRay recreates with ``RAY_testing_asio_delay_us`` (150-300 ms
+#: on every GCS handler) stays unready as long as the fault lasts — Ray's ``/api/gcs_healthz``
+#: gives the GCS 0.1 s — so the fault lands on the head running Ray, its readiness in the
+#: evidence, and the worker restarted next reaches it through the head Service, which publishes
+#: an unready head as KubeRay's does.
 CATALOG = [pytest.param(test_id, src, mode, id=test_id, marks=marks)
            for test_id, src, mode, marks in [
     ("head-kill-pod", "head-kill", "pod", ()),
@@ -67,6 +65,7 @@ CATALOG = [pytest.param(test_id, src, mode, id=test_id, marks=marks)
     ("network-saturation", "network-saturation", None, ()),
     ("blackout-false-deaths", "blackout-false-deaths", None, ()),
     ("head-kill-during-blackout", "head-kill-during-blackout", None, ()),
+    ("slow-gcs-failing-rpcs", "slow-gcs-failing-rpcs", None, ()),
 ]]
 
 
@@ -226,6 +225,34 @@ def assert_clean(w: World) -> None:
     wait_shape_restored(w)
 
 
+def gpu_work_waited_for_a_dead_node(code: int, summary: dict, results: Path) -> str | None:
+    """slow-gcs-failing-rpcs on the world, about one run in two: the GPU worker's pod is
+    recreated while the GCS is slow, and the slow GCS marks the old GPU node DEAD only a minute
+    or more after its pod is gone (66 s in a run of 2026-12-02; its health checks queue behind
+    the delayed handlers) — until then the GPU stays held by a node that no longer exists and
+    gpu_inference finishes nothing, so job_survival calls it lost (no progress in 90 s). A
+    real finding about Ray under a slow GCS, not a harness fault; when it is the only thing
+    that failed, the test checks everything else and names the delay in an xfail."""
+    if code != 1 or summary.get("errors"):
+        return None
+    failed = {c["name"] for c in summary.get("checks") or [] if c.get("verdict") != "pass"}
+    probe = next((p for p in summary.get("probes") or [] if p.get("name") == "job_survival"),
+                 {})
+    if failed != {"job_survival", "load-jobs-survive"} or \
+            (probe.get("evidence") or {}).get("lost") != ["gpu_inference"]:
+        return None
+    [run] = [d for d in results.iterdir() if (d / "timeline.jsonl").exists()]
+    events = [json.loads(line) for line in (run / "timeline.jsonl").read_text().splitlines()]
+    events = [e for e in events if e.get("kind") == "event"]
+    gone = [e["t"] for e in events if e.get("event") == "node_stopped"
+            and "-gpu-worker-" in str(e.get("name"))]
+    dead = [e["t"] for e in events if e.get("event") == "node_dead"
+            and not (e.get("detail") or {}).get("is_head")]
+    delay = next((round(d - gone[0], 1) for d in dead if gone and d > gone[0]), None)
+    return ("gpu_inference made no progress for 90 s after the GPU worker restarted under the "
+            f"slow GCS; the old GPU node was marked DEAD {delay} s after its pod was gone")
+
+
 @pytest.mark.parametrize(("test_id", "src", "mode"), CATALOG)
 def test_catalog_experiment_on_kubernetes(test_id, src, mode, world, tmp_path):
     assert_clean(world)  # warm, but proved clean before each run
@@ -235,7 +262,9 @@ def test_catalog_experiment_on_kubernetes(test_id, src, mode, world, tmp_path):
     SECONDS[test_id] = time.monotonic() - t0
     brief = json.dumps({k: summary.get(k) for k in ("verdict", "checks", "errors", "faults")},
                        indent=1, default=str)[:6000]
-    slow = slower_than_calibrated(code, summary)
+    slow = slower_than_calibrated(code, summary) or (
+        gpu_work_waited_for_a_dead_node(code, summary, tmp_path / "results")
+        if test_id == "slow-gcs-failing-rpcs" else None)
     assert code == 0 or slow, f"{why_failed(code, summary)}\n{brief}\n--- output ---\n" \
                               f"{out[-3000:]}"
     assert summary["target"]["kind"] == "kubernetes"
@@ -243,6 +272,12 @@ def test_catalog_experiment_on_kubernetes(test_id, src, mode, world, tmp_path):
     for fault in summary["faults"]:
         assert fault["state"] == "undone", fault
         assert fault["evidence"], f"{fault['fault']} returned no proof it landed"
+    if test_id == "slow-gcs-failing-rpcs":  # the head ran Ray, unready for Ray's reason
+        [slowed] = [f for f in summary["faults"] if f["fault"] == "slow_gcs"]
+        [why] = slowed["evidence"]["not_ready"].values()
+        assert why.startswith("Ready=False") and "/api/gcs_healthz" in why, why
+        if "did not answer" not in why:  # a dashboard still starting may not answer at all
+            assert "HTTP 503" in why and "Deadline" in why, why
     assert_clean(world)
     if slow:
         pytest.xfail(slow)

@@ -78,6 +78,33 @@ def test_kuberay_pods_services_and_status(world):
     assert eps[0]["addresses"][0]["ip"] == st["head"]["podIP"]
 
 
+def test_the_head_service_publishes_an_unready_head_as_kuberays_does(world):
+    """KubeRay's head Service has ``publishNotReadyAddresses`` (common/service.go): workers and
+    clients reach a head whose health checks fail (a slow GCS, a restart); a Service without it
+    lists the same pod under ``notReadyAddresses`` only."""
+    from tests.k8s.world.api import set_condition
+    core(world).create_namespaced_service("ray", {
+        "metadata": {"name": "plain"}, "spec": {
+            "selector": {"ray.io/cluster": "demo", "ray.io/node-type": "head"},
+            "ports": [{"name": "gcs", "port": 6379, "targetPort": 6379}]}})
+    head = world.head_pod()
+    ip = head["status"]["podIP"]
+    assert world.store.get("services", "ray", "demo-head-svc")["spec"][
+        "publishNotReadyAddresses"] is True
+    with world.store.lock:
+        pod = world.store.get("pods", "ray", head["metadata"]["name"])
+        set_condition(pod, "Ready", "False", "ContainersNotReady")
+        world.store.update("pods", pod)
+
+    def subsets(name: str) -> list:
+        return (world.store.get("endpoints", "ray", name) or {}).get("subsets") or []
+
+    wait(lambda: any(a["ip"] == ip for s in subsets("plain")
+                     for a in s.get("notReadyAddresses") or []), what="plain: not ready")
+    assert not any(s.get("addresses") for s in subsets("plain"))
+    assert [a["ip"] for s in subsets("demo-head-svc") for a in s.get("addresses") or []] == [ip]
+
+
 def test_head_and_worker_replacement(world):
     api = core(world)
     old = world.head_pod()

@@ -48,7 +48,9 @@ RESTARTS = {
                            "the undo restarts them without it",
     "slow_gcs": "restarts the head with RAY_testing_asio_delay_us (on Kubernetes: patches the "
                 "head group's container env and recreates the head pod; without GCS fault "
-                "tolerance the workers are lost), and the undo restarts it without it",
+                "tolerance the workers are lost; a GCS slower than 100 ms a request keeps the "
+                "KubeRay head unready while it lasts: Ray's /api/gcs_healthz gives it 0.1 s), "
+                "and the undo restarts it without it",
 }
 
 

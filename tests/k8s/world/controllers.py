@@ -180,17 +180,24 @@ class ControllerManager:
                 if not sel:
                     continue
                 ns, name = svc["metadata"]["namespace"], svc["metadata"]["name"]
+                # the endpoints controller: publishNotReadyAddresses puts every pod with an
+                # address in ``addresses``, terminating ones too; otherwise terminating pods
+                # are left out and unready ones listed as notReadyAddresses
+                publish = bool(svc["spec"].get("publishNotReadyAddresses"))
                 ready, not_ready = [], []
                 for p in pods:
                     if p["metadata"].get("namespace") != ns or not p.get("status", {}).get(
                             "podIP") or not selector_dict_match({"matchLabels": sel},
                                                                 p["metadata"].get("labels")):
                         continue
+                    if p["status"].get("phase") in ("Succeeded", "Failed") or (
+                            p["metadata"].get("deletionTimestamp") and not publish):
+                        continue
                     addr = {"ip": p["status"]["podIP"], "nodeName": p["spec"].get("nodeName"),
                             "targetRef": {"kind": "Pod", "namespace": ns,
                                           "name": p["metadata"]["name"],
                                           "uid": p["metadata"]["uid"]}}
-                    ok = pod_ready(p) and not p["metadata"].get("deletionTimestamp")
+                    ok = publish or pod_ready(p)
                     (ready if ok else not_ready).append(addr)
                 ports = [{"name": pt.get("name"), "port": _target_port(pt, pods, sel),
                           "protocol": pt.get("protocol", "TCP")}

@@ -192,14 +192,20 @@ class Kubelet:
 
 
 def http_ok(ip: str, port: int, path: str, timeout: float) -> bool:
+    status = http_status(ip, port, path, timeout)
+    return status is not None and 200 <= status < 400
+
+
+def http_status(ip: str, port: int, path: str, timeout: float) -> int | None:
+    """The HTTP status a GET answered with; None when nothing answered in time."""
     try:
         conn = http.client.HTTPConnection(ip, port, timeout=timeout)
         conn.request("GET", path)
-        ok = 200 <= conn.getresponse().status < 400
+        status = conn.getresponse().status
         conn.close()
-        return ok
+        return status
     except (OSError, http.client.HTTPException):
-        return False
+        return None
 
 
 def tcp_ok(ip: str, port: int, timeout: float) -> bool:

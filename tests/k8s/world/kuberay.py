@@ -167,7 +167,11 @@ class KubeRay:
                                     "ray.io/identifier": f"{name}-{node_type}"}},
                 "spec": {"selector": sel, "ports": [
                     {"name": n, "port": p, "targetPort": p, "protocol": "TCP"}
-                    for n, p in ports]}})
+                    for n, p in ports],
+                    # as KubeRay's head Service (common/service.go): the head's address is
+                    # published while its health checks fail (a slow GCS, a restart); KubeRay
+                    # makes it headless too, here it keeps a virtual IP
+                    **({"publishNotReadyAddresses": True} if node_type == "head" else {})}})
 
     # --- pods ----------------------------------------------------------------------------------
     def _create(self, rc: dict, group: dict, node_type: str, gname: str) -> None:

@@ -35,11 +35,17 @@ class ProbeLoop:
         self.bad: dict[str, int] = {}
 
     def _probe(self, c: dict, probe: dict) -> bool:
-        from tests.k8s.world.kubelet import http_ok, tcp_ok
+        from tests.k8s.world.kubelet import http_status, tcp_ok
         timeout = float(probe.get("timeoutSeconds", 1))
         if "httpGet" in probe:
             g = probe["httpGet"]
-            return http_ok(self.w.ip, _port(c, g["port"]), g.get("path", "/"), timeout)
+            status = http_status(self.w.ip, _port(c, g["port"]), g.get("path", "/"), timeout)
+            if status is not None:
+                # the server answers, healthy or not: the container has started, so it no
+                # longer holds the kubelet's one-start-at-a-time gate (a head whose slow GCS
+                # fails its readiness for minutes would hold every other start otherwise)
+                self.w.k.starting.pop(self.w.uid, None)
+            return status is not None and 200 <= status < 400
         if "tcpSocket" in probe:
             return tcp_ok(self.w.ip, _port(c, probe["tcpSocket"]["port"]), timeout)
         if "exec" in probe:

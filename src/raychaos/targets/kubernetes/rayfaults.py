@@ -38,11 +38,13 @@ from raychaos.errors import (
     FaultFailed,
     KubeApiError,
     NothingMatched,
+    TargetUnavailable,
 )
 from raychaos.results.store import checkpoint
 from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.network import CHAOS_MESH, chaos_mesh_installed, delete_created
 from raychaos.targets.kubernetes.raycluster import RayClusterHandle, pod_ready
+from raychaos.targets.kubernetes.rayobserve import ray_container_running, raylet_in_pod
 from raychaos.targets.kubernetes.registry import (
     LANDED_WAIT_S,
     TOOL_IMAGE,
@@ -69,6 +71,11 @@ RC = ("ray.io", "v1", "rayclusters")
 RESTART_NOTE = ("the pods restart: deleted, and recreated by KubeRay from the patched group "
                 "template; other pods of the same groups carry the variable too if they are "
                 "recreated before the undo")
+
+#: A replacement running Ray but not Ready this long has landed anyway, its readiness in the
+#: evidence: a GCS slowed past 0.1 s a request keeps the head unready for as long as it lasts
+#: (Ray's ``/api/gcs_healthz``, KubeRay's head readiness, asks CheckAlive with a 0.1 s deadline).
+UNREADY_GRACE_S = 15.0
 
 BLACKOUT_REPORT = "RAYCHAOS_BLACKOUT "
 # one report line per node: the rules in place or the error (a node without iptables, a rule
@@ -209,16 +216,56 @@ def _restart_with_env(handle: RayClusterHandle, run_id: str, record: dict[str, A
         return evidence
     old = {p["metadata"]["uid"] for p in pods}
     deadline = time.monotonic() + wait_s
+    up_since: float | None = None
     while time.monotonic() < deadline:
-        fresh = [p for p in _carriers(handle, sorted(env))
-                 if p["metadata"]["uid"] not in old and pod_ready(p)]
-        if len(fresh) >= len(pods):
-            evidence["new_pods"] = [p["metadata"]["name"] for p in fresh]
-            evidence["env_seen"] = _node_env(handle, evidence["new_pods"], sorted(env))
-            return evidence
+        fresh = [p for p in _carriers(handle, sorted(env)) if p["metadata"]["uid"] not in old]
+        ready = [p for p in fresh if pod_ready(p)]
+        if len(ready) >= len(pods):
+            return _landed(handle, evidence, ready, env)
+        if len(fresh) >= len(pods) and all(_ray_up(handle, p) for p in fresh):
+            up_since = up_since or time.monotonic()
+            if time.monotonic() - up_since >= UNREADY_GRACE_S:
+                evidence["not_ready"] = {p["metadata"]["name"]: _unready_why(handle, p)
+                                         for p in fresh if not pod_ready(p)}
+                return _landed(handle, evidence, fresh, env)
+        else:
+            up_since = None
         time.sleep(1.0)
-    raise FaultFailed(f"restart_with_env: no Ready replacement with {sorted(env)} for {nodes} "
-                      f"within {wait_s:g} s")
+    raise FaultFailed(f"restart_with_env: no replacement with {sorted(env)} for {nodes} "
+                      f"Ready, or running Ray, within {wait_s:g} s")
+
+
+def _landed(handle: RayClusterHandle, evidence: dict[str, Any], pods: list[dict[str, Any]],
+            env: dict[str, str]) -> dict[str, Any]:
+    evidence["new_pods"] = [p["metadata"]["name"] for p in pods]
+    evidence["env_seen"] = _node_env(handle, evidence["new_pods"], sorted(env))
+    return evidence
+
+
+def _ray_up(handle: RayClusterHandle, pod: dict[str, Any]) -> bool:
+    """The pod's Ray container runs and so does its raylet (which ``ray start`` starts once the
+    GCS answered): Ray is up in it, Ready or not."""
+    return ray_container_running(pod) and bool(raylet_in_pod(handle, pod, ""))
+
+
+def _unready_why(handle: RayClusterHandle, pod: dict[str, Any]) -> str:
+    """Why a replacement running Ray is not Ready: its Ready condition, and for the head what
+    its readiness endpoint answers (Ray's ``/api/gcs_healthz`` gives the GCS 0.1 s)."""
+    cond: dict[str, Any] = next((c for c in (pod.get("status") or {}).get("conditions") or []
+                                 if c.get("type") == "Ready"), {})
+    why = f"Ready={cond.get('status', '?')} {cond.get('message') or ''}".strip()
+    if (pod["metadata"].get("labels") or {}).get("ray.io/node-type") != "head":
+        return why
+    said = ""
+    for _ in range(3):  # a dashboard still starting (its modules ask the slow GCS) may not answer
+        try:
+            status, _reason, raw = handle.dashboard.exchange("GET", "/api/gcs_healthz",
+                                                             timeout=5.0)
+            return why + f"; /api/gcs_healthz: HTTP {status} " \
+                         f"{raw[:200].decode(errors='replace')}"
+        except (TargetUnavailable, KubeApiError) as exc:
+            said = f"; /api/gcs_healthz did not answer: {exc}"
+    return why + said
 
 
 def _undo_restart_with_env(handle: RayClusterHandle, undo: dict[str, Any]) -> dict[str, Any]:

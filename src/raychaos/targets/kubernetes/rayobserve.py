@@ -22,7 +22,7 @@ from raychaos.targets.kubernetes.streams import exec_in
 if TYPE_CHECKING:
     from raychaos.targets.kubernetes.target import KubernetesTarget
 
-__all__ = ["LOG_COUNT_EVERY_S", "METHODS", "RAY_LOG_GLOB"]
+__all__ = ["LOG_COUNT_EVERY_S", "METHODS", "RAY_LOG_GLOB", "ray_container_running", "raylet_in_pod"]
 
 
 # --- the Target methods of KubernetesTarget (``self`` is the target) ------------------------
@@ -77,7 +77,7 @@ def raylet_alive(self: KubernetesTarget, node_ids: list[str]) -> dict[str, bool 
             continue
         else:
             asked = [by_ip[ips[node_id]]]
-        answers = [_raylet_in_pod(handle, pod, node_id) for pod in asked]
+        answers = [raylet_in_pod(handle, pod, node_id) for pod in asked]
         if True in answers:
             out[node_id] = True
         elif answers and None not in answers:
@@ -87,8 +87,8 @@ def raylet_alive(self: KubernetesTarget, node_ids: list[str]) -> dict[str, bool 
     return out
 
 
-def _raylet_in_pod(handle: Any, pod: dict[str, Any], node_id: str) -> bool | None:
-    if not _ray_container_running(pod):
+def raylet_in_pod(handle: Any, pod: dict[str, Any], node_id: str) -> bool | None:
+    if not ray_container_running(pod):
         return False
     try:
         ran = exec_in(handle.api, handle.ns, pod["metadata"]["name"],
@@ -98,11 +98,11 @@ def _raylet_in_pod(handle: Any, pod: dict[str, Any], node_id: str) -> bool | Non
         # refused because the container went down meanwhile: its raylet went with it
         again = next((p for p in handle.pods()
                       if p["metadata"]["name"] == pod["metadata"]["name"]), None)
-        return None if again is not None and _ray_container_running(again) else False
+        return None if again is not None and ray_container_running(again) else False
     return {0: True, 1: False}.get(ran.code) if ran.code is not None else None
 
 
-def _ray_container_running(pod: dict[str, Any]) -> bool:
+def ray_container_running(pod: dict[str, Any]) -> bool:
     """The pod's Ray container (its first) is running now (not waiting to restart, not
     terminated)."""
     name = pod["spec"]["containers"][0]["name"]
