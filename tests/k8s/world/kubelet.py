@@ -191,11 +191,6 @@ class Kubelet:
                      field_path=fp)
 
 
-def http_ok(ip: str, port: int, path: str, timeout: float) -> bool:
-    status = http_status(ip, port, path, timeout)
-    return status is not None and 200 <= status < 400
-
-
 def http_status(ip: str, port: int, path: str, timeout: float) -> int | None:
     """The HTTP status a GET answered with; None when nothing answered in time."""
     try:

@@ -222,9 +222,12 @@ def _restart_with_env(handle: RayClusterHandle, run_id: str, record: dict[str, A
         ready = [p for p in fresh if pod_ready(p)]
         if len(ready) >= len(pods):
             return _landed(handle, evidence, ready, env)
-        if len(fresh) >= len(pods) and all(_ray_up(handle, p) for p in fresh):
+        # Ready did not come: once the containers have run UNREADY_GRACE_S, a replacement
+        # whose raylet is up has landed unready (one exec per unready pod, only from then on)
+        if len(fresh) >= len(pods) and all(ray_container_running(p) for p in fresh):
             up_since = up_since or time.monotonic()
-            if time.monotonic() - up_since >= UNREADY_GRACE_S:
+            if time.monotonic() - up_since >= UNREADY_GRACE_S and all(
+                    pod_ready(p) or raylet_in_pod(handle, p, "") for p in fresh):
                 evidence["not_ready"] = {p["metadata"]["name"]: _unready_why(handle, p)
                                          for p in fresh if not pod_ready(p)}
                 return _landed(handle, evidence, fresh, env)
@@ -240,12 +243,6 @@ def _landed(handle: RayClusterHandle, evidence: dict[str, Any], pods: list[dict[
     evidence["new_pods"] = [p["metadata"]["name"] for p in pods]
     evidence["env_seen"] = _node_env(handle, evidence["new_pods"], sorted(env))
     return evidence
-
-
-def _ray_up(handle: RayClusterHandle, pod: dict[str, Any]) -> bool:
-    """The pod's Ray container runs and so does its raylet (which ``ray start`` starts once the
-    GCS answered): Ray is up in it, Ready or not."""
-    return ray_container_running(pod) and bool(raylet_in_pod(handle, pod, ""))
 
 
 def _unready_why(handle: RayClusterHandle, pod: dict[str, Any]) -> str:
