@@ -8,6 +8,7 @@ recorded. Run it under ``flock /tmp/raychaos-cluster.lock`` like every Ray-start
 from __future__ import annotations
 
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -21,13 +22,15 @@ INTERVAL_S = 0.1
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster():
     sys.path.insert(0, str(REPO / "bench"))
     try:
         from _minicluster import MiniCluster
     finally:
         sys.path.remove(str(REPO / "bench"))
-    c = MiniCluster(tmp_path_factory.mktemp("gcsprobe"), base_port=7800, workers=1)
+    # a short folder of its own, not pytest's: Ray's Unix sockets live under --temp-dir and a
+    # socket path has at most 107 bytes (an xdist worker's basetemp, .../popen-gw0/..., passed it)
+    c = MiniCluster(tempfile.mkdtemp(prefix="gcsprobe-", dir="/tmp"), base_port=7800, workers=1)
     try:
         c.up()
         yield c
