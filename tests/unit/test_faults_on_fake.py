@@ -3,7 +3,7 @@ timeline events, undo, and the recovery probe's verdicts — no Ray, no API serv
 
 from __future__ import annotations
 
-import threading
+import itertools
 import time
 
 import pytest
@@ -18,6 +18,7 @@ from raychaos.observe.monitor import Monitor
 from raychaos.observe.slo import evaluate
 from raychaos.probes.gcs import gcs_recovery
 from raychaos.results.store import Clock, Ledger, Timeline, read_timeline
+from raychaos.targets.base import Observation
 from tests.unit.fake_target import FakeTarget
 
 pytestmark = pytest.mark.unit
@@ -100,14 +101,20 @@ def test_recovery_fails_when_workers_do_not_come_back(run):
 def test_a_flapping_gcs_has_not_recovered(run):
     r = run(outage_s=0.2)
     kill_head(mode="head", wait_s=5)
+    answer = r.target.observe
+    samples = itertools.count()
 
-    def flap() -> None:  # answers for 0.2 s at a time, then goes away again
-        for _ in range(8):
-            time.sleep(0.2)
-            with r.target._lock:
-                r.target.down_until = time.monotonic() + 0.15
+    def flapping(deadline_s: float = 0.1) -> Observation:
+        """From the first answer on, two samples in four find the GCS gone again (one alone
+        would read as a slow answer): driven by the monitor's samples, not the clock, so a box
+        too busy to sample often changes nothing (a clock-driven flap once went unseen for the
+        whole stable window under a busy test lane)."""
+        seen = answer(deadline_s)
+        if seen.up and next(samples) % 4 >= 2:
+            return Observation(False, error="fake: the GCS went away again")
+        return seen
 
-    threading.Thread(target=flap, daemon=True).start()
+    r.target.observe = flapping  # type: ignore[method-assign]
     ev = gcs_recovery(timeout_s=1.5, stable_s=1.0)
     assert not ev["recovered"] and ev["gcs_recovery_s"] is None
     assert ev["gcs_flaps_after_first_answer"] >= 2
