@@ -26,8 +26,11 @@ demo: setup
 
 # PYTHONFAULTHANDLER: a process that dies of a signal (this one at exit, or a `raychaos run` a
 # test started) prints every thread's Python stack, so a crash in CI says where it was
+# Two lanes at once (pytest-xdist): the real clusters (local, then KubeRay worlds) one after
+# another on one worker, the unit tier and simulated worlds at nice 19 on the other; see `lane`
+# in tests/conftest.py. `$(PY) -m pytest` alone runs everything in one process, in order.
 test: setup lint
-	PYTHONFAULTHANDLER=1 $(PY) -m pytest
+	PYTHONFAULTHANDLER=1 $(PY) -m pytest -n 2
 
 # The gates .ci/run passes before any test runs (also: `make lint` alone).
 lint: setup

@@ -59,6 +59,60 @@ def loopback_http():
 #: twice fails. Reruns are printed (R) and counted in the summary line.
 RERUN_TIERS = ("integration", "k8s")
 
+#: ``make test`` runs the suite in two lanes at once (pytest-xdist, ``-n 2``), one per worker:
+#:
+#: - ``real-clusters``: every test that runs real Ray nodes, real pulls or qdiscs — the
+#:   integration tier (in the order tests/integration/conftest.py sets, sharing its warm local
+#:   cluster), then the k8s modules whose KubeRay worlds run real pods — one after another, as
+#:   in a serial run: their verdicts are calibrated on a box that runs one cluster at a time.
+#:   (Measured: with the two real tiers side by side the box had no idle CPU for minutes and the
+#:   local registry-throttle run failed twice — 5.5 % and 11.5 % of the storm's tasks failed,
+#:   p95 3.5 s and 7.2 s against 560 ms — where it passes alone.)
+#: - ``light``: the unit tier and the k8s modules whose worlds simulate their kubelets (no Ray,
+#:   no pods), at nice 19 (:func:`pytest_runtest_setup`): they use the CPU the real clusters
+#:   leave idle (about 40 % of a serial run's) instead of taking it from them.
+#:
+#: A k8s module not named in ``SIMULATED_K8S`` runs in the real-clusters lane.
+SIMULATED_K8S = frozenset({
+    "test_cli_dry_run.py", "test_connect.py", "test_dashboard_health.py", "test_drain.py",
+    "test_e2e.py", "test_head.py", "test_lease_and_crash.py", "test_ray_faults.py",
+    "test_rbac.py", "test_review_live.py", "test_safety_network.py", "test_schedule_world.py",
+    "test_workloads.py", "test_workloads_operator.py", "test_world_api.py",
+    "test_world_golden.py"})
+LIGHT_NICE = 19
+
+
+def lane(nodeid: str) -> str:
+    """The lane of a test (``tests/<tier>/<module>::...``); anything else is real-clusters."""
+    parts = nodeid.split("::", 1)[0].split("/")
+    tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+    if tier == "unit" or (tier == "k8s" and parts[-1] in SIMULATED_K8S):
+        return "light"
+    return "real-clusters"
+
+
+def pytest_xdist_make_scheduler(config, log):  # noqa: ANN001, ANN201
+    """The lanes above as xdist work units (a unit runs whole, in order, on one worker). Not
+    ``--dist loadgroup``: its group marks rename node IDs in a way pytest 9.2 no longer keeps."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Lanes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return lane(nodeid)
+
+    return Lanes(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """An xdist worker running the light lane lowers its priority (once: the lane is all it
+    runs; what its tests start inherits it). A serial run keeps its priority."""
+    import os
+
+    if _worker(item.config) and lane(item.nodeid) == "light" \
+            and os.getpriority(os.PRIO_PROCESS, 0) < LIGHT_NICE:
+        os.setpriority(os.PRIO_PROCESS, 0, LIGHT_NICE)
+
 
 def pytest_collection_modifyitems(config, items):
     """Tiers are marked by folder: tests/unit, tests/integration, tests/k8s."""
@@ -71,12 +125,32 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=2))
 
 
+def _worker(config) -> bool:  # noqa: ANN001
+    """A pytest-xdist worker: its reports reach the controller, which prints them."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_configure(config):
     """SIGTERM (a CI timeout, a killed job) becomes KeyboardInterrupt, so module fixtures still
-    tear their Ray clusters, namespaces and qdiscs down instead of leaving them running."""
+    tear their Ray clusters, namespaces and qdiscs down instead of leaving them running. The
+    controller of an xdist run passes its first SIGTERM on to its workers, where the fixtures
+    are, and waits for them (ending itself would end them before their teardown); a second one
+    ends it."""
+    import os
     import signal
 
+    controller = bool(getattr(config.option, "numprocesses", None)) and not _worker(config)
+    forwarded: list[int] = []
+
     def _interrupt(signum, frame):
+        if controller and not forwarded:
+            import psutil
+
+            for child in psutil.Process().children():
+                forwarded.append(child.pid)
+                os.kill(child.pid, signum)
+            if forwarded:
+                return
         raise KeyboardInterrupt(f"signal {signum}")
 
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
@@ -93,39 +167,35 @@ SLOW_LINE_S = 90.0
 _STARTED: list[float] = []
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report):
     """Say at once, on a line of its own, when a test fails (a first attempt a rerun hides
     too) or takes long: a CI run cut off by its time limit never prints the digest or the
-    durations, and its progress dots alone say neither what failed nor where the time went."""
-    outcome = yield
-    report = outcome.get_result()
-    if not _FIRST or item.config is not _FIRST[0]:
+    durations, and its progress dots alone say neither what failed nor where the time went.
+    Remember why each test failed, in one line, for the digest printed last (CI shows the end of
+    the output: the reason of every failure must be there, not only the last one's). Runs where
+    the reports arrive: the controller of an xdist run, or the one process of a serial one."""
+    if not _FIRST or _worker(_FIRST[0]):
         return
     import time
 
-    reporter = item.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is None:
+    failed = report.failed or report.outcome == "rerun"
+    slow = report.when == "call" and report.duration >= SLOW_LINE_S
+    if report.failed:
+        when = "" if report.when == "call" else f" ({report.when})"
+        _FAILED.append(f"{report.nodeid}{when}: {_why(report)[:400]}")
+    reporter = _FIRST[0].pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or not (failed or slow):
         return
     at = f"[{(time.monotonic() - _STARTED[0]) / 60:5.1f} min]"
-    if report.failed:
-        reporter.ensure_newline()
-        reporter.write_line(f"{at} FAILED {item.nodeid} ({report.when}, "
-                            f"{report.duration:.0f} s): {_why(report)[:300]}")
-    elif report.when == "call" and report.duration >= SLOW_LINE_S:
-        reporter.ensure_newline()
-        reporter.write_line(f"{at} slow: {item.nodeid} {report.duration:.0f} s "
+    reporter.ensure_newline()
+    if failed:
+        again = ", a rerun follows" if report.outcome == "rerun" else ""
+        reporter.write_line(f"{at} FAILED {report.nodeid} ({report.when}, "
+                            f"{report.duration:.0f} s{again}): {_why(report)[:300]}")
+    else:
+        reporter.write_line(f"{at} slow: {report.nodeid} {report.duration:.0f} s "
                             f"({report.outcome})")
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_logreport(report):
-    """Remember why each test failed, in one line, for the digest printed last (CI shows the
-    end of the output: the reason of every failure must be there, not only the last one's)."""
-    if not report.failed or not _FIRST:
-        return
-    when = "" if report.when == "call" else f" ({report.when})"
-    _FAILED.append(f"{report.nodeid}{when}: {_why(report)[:400]}")
 
 
 def _why(report) -> str:  # noqa: ANN001
@@ -157,7 +227,8 @@ def pytest_unconfigure(config):
     watches of worlds already stopped): finalizing the interpreter under them can abort it
     (SIGABRT after the summary, so CI fails on a run whose tests all passed). The exit handlers
     still run. The threads still alive are listed, so a leak stays visible. ``raychaos`` ends
-    the same way (``raychaos.cli.entry``)."""
+    the same way (``raychaos.cli.entry``); so does an xdist worker, after it has sent the
+    controller its last report and its "finished"."""
     if not _FIRST or config is not _FIRST[0] or _STATUS not in config.stash:
         return
     import collections
@@ -169,7 +240,8 @@ def pytest_unconfigure(config):
     left = collections.Counter(re.sub(r"^Thread-\d+ ", "", t.name)
                                for t in threading.enumerate() if t is not threading.main_thread())
     if left:
-        print(f"\nthreads still running when the tests ended ({sum(left.values())}): "
+        who = f" (xdist worker {config.workerinput['workerid']})" if _worker(config) else ""
+        print(f"\nthreads still running when the tests ended{who} ({sum(left.values())}): "
               + ", ".join(f"{name} x{n}" for name, n in left.most_common(12)), file=sys.stderr)
     if _FAILED:
         print(f"\nwhy each test failed ({len(_FAILED)}):", file=sys.stderr)
