@@ -103,7 +103,10 @@ def test_gap_bound_and_fresh_reports_across_a_gcs_server_kill(cluster):
         answers = [a for a in sampler.answers if killed_at <= a.at <= back.at + 2.0]
         done = [killed_at] + [a.at + a.latency_s for a in answers]
         gaps = [b - a for a, b in zip(done, done[1:], strict=False)]
-        assert max(gaps) <= 2 * INTERVAL_S, f"largest gap {max(gaps):.3f}s"
+        # an interval plus the deadline, and the same 0.05 s for the box's scheduler as the
+        # latency line below (seen: 0.201-0.202 s with a second test lane busy; the blindness
+        # this guards against — a stream hung until gRPC's keepalive gives up — is seconds)
+        assert max(gaps) <= 2 * INTERVAL_S + 0.05, f"largest gap {max(gaps):.3f}s"
         assert max(a.latency_s for a in answers) <= INTERVAL_S + 0.05
         assert any(not a.up for a in answers), "the outage was seen"
         assert back.incarnation == answers[0].incarnation + 1
