@@ -105,10 +105,13 @@ def pytest_xdist_make_scheduler(config, log):  # noqa: ANN001, ANN201
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    """An xdist worker running the light lane lowers its priority (once: the lane is all it
-    runs; what its tests start inherits it). A serial run keeps its priority."""
+    """No test starts after a SIGTERM. An xdist worker running the light lane lowers its
+    priority (once: the lane is all it runs; what its tests start inherits it); a serial run
+    keeps its priority."""
     import os
 
+    if _SIGNALLED:  # a test swallowed the KeyboardInterrupt (a run it drove stopped cleanly)
+        pytest.exit(f"stopped by signal {_SIGNALLED[0]}: no further test starts", returncode=2)
     if _worker(item.config) and lane(item.nodeid) == "light" \
             and os.getpriority(os.PRIO_PROCESS, 0) < LIGHT_NICE:
         os.setpriority(os.PRIO_PROCESS, 0, LIGHT_NICE)
@@ -125,6 +128,9 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=2))
 
 
+_SIGNALLED: list[int] = []  # the SIGTERMs this process received
+
+
 def _worker(config) -> bool:  # noqa: ANN001
     """A pytest-xdist worker: its reports reach the controller, which prints them."""
     return hasattr(config, "workerinput")
@@ -132,7 +138,9 @@ def _worker(config) -> bool:  # noqa: ANN001
 
 def pytest_configure(config):
     """SIGTERM (a CI timeout, a killed job) becomes KeyboardInterrupt, so module fixtures still
-    tear their Ray clusters, namespaces and qdiscs down instead of leaving them running. The
+    tear their Ray clusters, namespaces and qdiscs down instead of leaving them running, and no
+    further test starts (a test that drives a run in-process sees the interrupt stop the run,
+    not the session: without this the session went on to the next module's cluster). The
     controller of an xdist run passes its first SIGTERM on to its workers, where the fixtures
     are, and waits for them (ending itself would end them before their teardown); a second one
     ends it."""
@@ -143,6 +151,7 @@ def pytest_configure(config):
     forwarded: list[int] = []
 
     def _interrupt(signum, frame):
+        _SIGNALLED.append(signum)
         if controller and not forwarded:
             import psutil
 
