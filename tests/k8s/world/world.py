@@ -208,6 +208,10 @@ class World:
     def _start(self) -> None:
         if self.needs_host and os.geteuid() != 0:
             raise RuntimeError("a world with real nodes needs root (network namespaces)")
+        if self.needs_host and Path(sys.executable).parent.is_relative_to("/tmp"):
+            raise RuntimeError(f"a world with real nodes needs the checkout and its .venv outside "
+                               f"/tmp ({sys.executable}): each container gets a private /tmp, "
+                               "so its `ray` would not be found and no pod would become Ready")
         pid_file = self.state_dir / "daemon.pid"
         if pid_file.exists() and _alive(int(pid_file.read_text() or 0)) and \
                 int(pid_file.read_text()) != os.getpid():
