@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from raychaos.results.store import read_timeline
+from tests._cli import run_gracefully
 
 REPO = Path(__file__).resolve().parents[2]
 SRC = str(REPO / "src")
@@ -127,8 +128,8 @@ class HarnessRun:
 
 def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": SRC}
-    return subprocess.run([sys.executable, "-m", "raychaos.cli", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_gracefully([sys.executable, "-m", "raychaos.cli", *args], timeout=timeout,
+                          cwd=REPO, env=env)
 
 
 SIGNALS = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}

@@ -21,6 +21,7 @@ import sys
 import pytest
 
 from raychaos.run.runner import run_experiment_file
+from tests._cli import run_gracefully
 
 from ._experiments import (
     REPO,
@@ -180,10 +181,9 @@ def test_a_head_kill_from_the_cli_keeps_the_console_clean_and_its_report_reads(
     seen = tmp_path / "observer.jsonl"
     observer = _observer(target, seen)
     try:
-        proc = subprocess.run([sys.executable, "-m", "raychaos.cli", "run", str(exp),
+        proc = run_gracefully([sys.executable, "-m", "raychaos.cli", "run", str(exp),
                                "--results", str(tmp_path / "results"), "--state-root",
-                               str(root)], cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=600, stdin=subprocess.DEVNULL)
+                               str(root)], timeout=600, cwd=REPO, env=env)
     finally:
         observer.send_signal(signal.SIGTERM)
         observer.wait(timeout=10)

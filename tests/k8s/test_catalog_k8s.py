@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests._cli import run_gracefully
 from tests.integration._experiments import slower_than_calibrated, why_failed
 from tests.k8s.world import World
 from tests.k8s.world.controllers import pod_ready
@@ -155,8 +156,7 @@ def raychaos_run(w: World, exp: Path, results: Path) -> tuple[int, dict, str]:
     cmd = [sys.executable, "-m", "raychaos.cli", "run", str(exp), "--target", "kubernetes",
            "--kubeconfig", w.kubeconfig, "--namespace", w.namespace, "--cluster",
            str(w.cluster), "--results", str(results)]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
-                          check=False)
+    proc = run_gracefully(cmd, timeout=900, cwd=REPO)
     out = proc.stdout + proc.stderr
     runs = [d for d in results.iterdir() if (d / "summary.json").exists()] \
         if results.exists() else []

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.request
@@ -23,6 +22,7 @@ import pytest
 from raychaos.config.settings import KubernetesSpec
 from raychaos.probes.jobfate import api_fate, driver_fate, rayjob_fate
 from raychaos.targets.kubernetes.target import KubernetesTarget
+from tests._cli import run_gracefully
 from tests.k8s.world import World
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="real pods need root (netns)")]
@@ -36,8 +36,7 @@ def raychaos_run(w: World, experiment: str, flag: str, results: Path) -> tuple[i
            "kubernetes", "--kubeconfig", w.kubeconfig, "--namespace", w.namespace, flag,
            str(w.workload_name), "--results", str(results)]
     env = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{REPO}")
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
-                          check=False, env=env)
+    proc = run_gracefully(cmd, timeout=900, cwd=REPO, env=env)
     out = proc.stdout + proc.stderr
     runs = [d for d in results.iterdir() if (d / "summary.json").exists()] \
         if results.exists() else []
