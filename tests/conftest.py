@@ -148,17 +148,16 @@ def pytest_configure(config):
     import signal
 
     controller = bool(getattr(config.option, "numprocesses", None)) and not _worker(config)
-    forwarded: list[int] = []
 
     def _interrupt(signum, frame):
         _SIGNALLED.append(signum)
-        if controller and not forwarded:
+        if controller and len(_SIGNALLED) == 1:
             import psutil
 
-            for child in psutil.Process().children():
-                forwarded.append(child.pid)
+            workers = psutil.Process().children()
+            for child in workers:
                 os.kill(child.pid, signum)
-            if forwarded:
+            if workers:
                 return
         raise KeyboardInterrupt(f"signal {signum}")
 

@@ -26,7 +26,7 @@ from tests.k8s.world._host import REGISTRY_SCRIPT
 from tests.k8s.world.api import Api
 from tests.k8s.world.controllers import ControllerManager, pod_ready
 from tests.k8s.world.kuberay import RAYCLUSTER_CRDS, KubeRay
-from tests.k8s.world.runtime import MARKER, marked, sweep
+from tests.k8s.world.runtime import MARKER, VENV_BIN, marked, sweep
 from tests.k8s.world.server import ApiServer
 from tests.k8s.world.simkubelet import SimKubelet, running_status
 from tests.k8s.world.store import Store
@@ -208,10 +208,10 @@ class World:
     def _start(self) -> None:
         if self.needs_host and os.geteuid() != 0:
             raise RuntimeError("a world with real nodes needs root (network namespaces)")
-        if self.needs_host and Path(sys.executable).parent.is_relative_to("/tmp"):
+        if self.needs_host and Path(VENV_BIN).is_relative_to("/tmp"):
             raise RuntimeError(f"a world with real nodes needs the checkout and its .venv outside "
-                               f"/tmp ({sys.executable}): each container gets a private /tmp, "
-                               "so its `ray` would not be found and no pod would become Ready")
+                               f"/tmp ({VENV_BIN}): each container gets a private /tmp, so its "
+                               "`ray` would not be found and no pod would become Ready")
         pid_file = self.state_dir / "daemon.pid"
         if pid_file.exists() and _alive(int(pid_file.read_text() or 0)) and \
                 int(pid_file.read_text()) != os.getpid():
