@@ -52,13 +52,6 @@ def loopback_http():
         thread.join(timeout=5)
 
 
-#: The tiers whose tests run real Ray clusters (local, or the KubeRay world's pods) on the
-#: 2-core CI box: one rerun each. Every full run here showed two or three of their ~40 tests
-#: fail once, each for a different reason of the box (a head restarted under load crash-looping,
-#: a load starting late, a bound missed by a loaded core) and pass alone; a test that fails
-#: twice fails. Reruns are printed (R) and counted in the summary line.
-RERUN_TIERS = ("integration", "k8s")
-
 #: ``make test`` runs the suite in two lanes at once (pytest-xdist, ``-n 2``), one per worker:
 #:
 #: - ``real-clusters``: every test that runs real Ray nodes, real pulls or qdiscs — the
@@ -124,8 +117,6 @@ def pytest_collection_modifyitems(config, items):
         for tier in ("unit", "integration", "k8s"):
             if tier in parts:
                 item.add_marker(getattr(pytest.mark, tier))
-                if tier in RERUN_TIERS and item.get_closest_marker("flaky") is None:
-                    item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=2))
 
 
 _SIGNALLED: list[int] = []  # the SIGTERMs this process received
@@ -177,8 +168,7 @@ _STARTED: list[float] = []
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_logreport(report):
-    """Say at once, on a line of its own, when a test fails (a first attempt a rerun hides
-    too) or takes long: a CI run cut off by its time limit never prints the digest or the
+    """Say at once, on a line of its own, when a test fails or takes long: a CI run cut off by its time limit never prints the digest or the
     durations, and its progress dots alone say neither what failed nor where the time went.
     Remember why each test failed, in one line, for the digest printed last (CI shows the end of
     the output: the reason of every failure must be there, not only the last one's). Runs where
@@ -187,7 +177,7 @@ def pytest_runtest_logreport(report):
         return
     import time
 
-    failed = report.failed or report.outcome == "rerun"
+    failed = report.failed
     slow = report.when == "call" and report.duration >= SLOW_LINE_S
     if report.failed:
         when = "" if report.when == "call" else f" ({report.when})"
@@ -198,9 +188,8 @@ def pytest_runtest_logreport(report):
     at = f"[{(time.monotonic() - _STARTED[0]) / 60:5.1f} min]"
     reporter.ensure_newline()
     if failed:
-        again = ", a rerun follows" if report.outcome == "rerun" else ""
         reporter.write_line(f"{at} FAILED {report.nodeid} ({report.when}, "
-                            f"{report.duration:.0f} s{again}): {_why(report)[:300]}")
+                            f"{report.duration:.0f} s): {_why(report)[:300]}")
     else:
         reporter.write_line(f"{at} slow: {report.nodeid} {report.duration:.0f} s "
                             f"({report.outcome})")
