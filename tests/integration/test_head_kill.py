@@ -6,7 +6,9 @@ before and after the module; the second run reuses the Serve application the fir
 During each run an independent observer (``_gcs_observer.py``: its own process, a fresh gRPC
 channel every 50 ms) polls the GCS: the harness's first answer after the kill must agree with it
 within 0.3 s, and the monitor's timeline must have no gap longer than twice the sampling interval
-during the outage.
+during the outage — or, where it had one, the host-noise sensor must have seen the harness's own
+timer stall that long at that moment: the monitor may be starved by its host, never blind
+without saying so.
 """
 
 from __future__ import annotations
@@ -29,10 +31,8 @@ from ._experiments import (
     method_args,
     module_cluster,
     raychaos_block,
-    slower_than_calibrated,
+    assert_healthy,
     variant,
-    why_failed,
-    xfail_if_head_crash_looped,
 )
 
 NAME = WARM
@@ -79,11 +79,7 @@ def test_head_kill_experiment(cluster, tmp_path, monkeypatch, mode):
         observer.wait(timeout=10)
     [run_dir] = list((tmp_path / "results").iterdir())
     summary = json.loads((run_dir / "summary.json").read_text())
-    slow = slower_than_calibrated(code, summary)
-    if code != 0 and not slow:
-        xfail_if_head_crash_looped(run_dir)
-    assert code == 0 or slow, (why_failed(code, summary) + "\n"
-                               + json.dumps(summary, indent=1)[:4000])
+    assert_healthy(code, summary, json.dumps(summary, indent=1)[:4000])
     # proof the chaos happened: the head (or its GCS) was really killed and replaced
     [fault] = summary["faults"]
     ev = fault["evidence"]
@@ -100,15 +96,14 @@ def test_head_kill_experiment(cluster, tmp_path, monkeypatch, mode):
     sentinel = probes["sentinel_preserved"]["evidence"]
     assert sentinel["same_pid"] and sentinel["state_preserved"] and sentinel["after"]["count"] == 3
     assert probes["job_survival"]["evidence"]["ratio"] == 1.0
-    assert slow or {s["verdict"] for s in summary["slos"]} == {"pass"}
+    assert {s["verdict"] for s in summary["slos"]} <= {"pass", "inconclusive"}
+    assert all(r["verdict"] == "pass" for r in summary["slos"] if r["metric"] in (
+        "sentinel_preserved", "job_survival_ratio")), "invariants are never inconclusive"
+    assert summary["host_noise"]["baseline"]["samples"] > 0, "the host-noise sensor ran"
     for name in ("journal.json", "timeline.jsonl", "ledger.json", "junit.xml", "report.html"):
         assert (run_dir / name).exists(), name
     assert os.path.isdir(root / NAME), "the run reused the module's cluster and left it up"
-    blind = _observer_or_known_gap(run_dir, summary, seen)
-    if slow:
-        pytest.xfail(slow)
-    if blind:
-        pytest.xfail(blind)
+    _agrees_with_the_observer(run_dir, summary, seen)
 
 
 def _observer(target, seen):  # noqa: ANN001, ANN202
@@ -116,9 +111,18 @@ def _observer(target, seen):  # noqa: ANN001, ANN202
                              target.cluster.gcs_address, str(seen)])
 
 
+def _host_stall_s(lines: list[str], lo: float, hi: float) -> float:
+    """The longest stall of the harness's own timer the host-noise sensor saw between ``lo``
+    and ``hi`` (run clock, one second of slack each side: a record covers its second)."""
+    host = [json.loads(x) for x in lines if '"kind": "host"' in x]
+    lags = [r.get("timer_lag_ms_max") or 0 for r in host if lo - 1 <= r["t"] <= hi + 1]
+    return max(lags, default=0) / 1000
+
+
 def _agrees_with_the_observer(run_dir, summary: dict, seen) -> None:  # noqa: ANN001
-    """The monitor did not go blind during the outage, and the harness saw the GCS answer
-    again when the independent observer did (± 0.3 s)."""
+    """The monitor did not go blind during the outage unnoticed, and the harness saw the GCS
+    answer again when the independent observer did (± 0.3 s, plus a stall of the harness's
+    timer the host-noise sensor recorded there: a starved monitor answers late by that much)."""
     gcs = next(p for p in summary["probes"] if p["name"] == "gcs_recovery")["evidence"]
     lines = (run_dir / "timeline.jsonl").read_text().splitlines()
     samples = [json.loads(x) for x in lines if '"kind": "sample"' in x]
@@ -126,30 +130,21 @@ def _agrees_with_the_observer(run_dir, summary: dict, seen) -> None:  # noqa: AN
             if a["gcs_up"] and b["gcs_up"]]
     assert sorted(gaps)[len(gaps) // 2] <= 0.5, "the monitor samples at about 200 ms"
     interval = summary["monitor"]["interval_s"]
-    assert summary["monitor"]["outage_max_gap_s"] <= 2 * interval, summary["monitor"]
-    kill_ts = next(json.loads(x)["ts"] for x in lines if '"head_killed"' in x)
-    harness_first = kill_ts + gcs["gcs_first_answer_s"]
+    kill = next(json.loads(x) for x in lines if '"head_killed"' in x)
+    back_t = kill["t"] + gcs["gcs_first_answer_s"]
+    stall = _host_stall_s(lines, kill["t"], back_t)
+    gap = summary["monitor"]["outage_max_gap_s"]
+    assert gap <= 2 * interval or stall >= gap - 2 * interval, (
+        f"a {gap} s hole in the samples the host-noise sensor did not see (its timer's "
+        f"longest stall there: {stall} s)", summary["monitor"])
+    harness_first = kill["ts"] + gcs["gcs_first_answer_s"]
     polls = [json.loads(x) for x in seen.read_text().splitlines() if x.strip()]
-    after = [p for p in polls if p["ts"] >= kill_ts]
+    after = [p for p in polls if p["ts"] >= kill["ts"]]
     first_down = next(i for i, p in enumerate(after) if not p["up"])
     observer_first = next(p["ts"] for p in after[first_down:] if p["up"])
-    assert abs(harness_first - observer_first) <= 0.3, (harness_first, observer_first)
+    assert abs(harness_first - observer_first) <= 0.3 + stall, (
+        harness_first, observer_first, stall)
     assert any(json.loads(x).get("kind") == "load" for x in lines)
-
-
-def _observer_or_known_gap(run_dir, summary: dict, seen) -> str | None:  # noqa: ANN001
-    """:func:`_agrees_with_the_observer`, or why not as an xfail reason.
-
-    Still open, though rare since the monitor parses only the metrics it reads: a hole of
-    ~0.9 s in the samples during a restart (1 of 7 local head kills in a full integration run
-    of 2026-12-02; the others 0.20-0.31 s against the 0.4 s bound; before that fix, about half
-    the runs, 0.62-1.19 s). Every other check of the run stays enforced; the figure is named in
-    the xfail, and a first attempt's failure is printed by the test run."""
-    try:
-        _agrees_with_the_observer(run_dir, summary, seen)
-    except AssertionError as exc:
-        return f"known: the monitor's view of the outage is off: {exc}"
-    return None
 
 
 # Ray's and Locust's own log formats: Python loggers (``dashboard_sdk.py:423 -- ...``), the C++
@@ -191,10 +186,7 @@ def test_a_head_kill_from_the_cli_keeps_the_console_clean_and_its_report_reads(
     (tmp_path / "console.txt").write_text(console)
     [run_dir] = list((tmp_path / "results").iterdir())
     summary = json.loads((run_dir / "summary.json").read_text())
-    slow = slower_than_calibrated(proc.returncode, summary)
-    if proc.returncode != 0 and not slow:
-        xfail_if_head_crash_looped(run_dir)
-    assert proc.returncode == 0 or slow, console[-4000:]
+    inconclusive = assert_healthy(proc.returncode, summary, console[-4000:])
     noise = [line for line in console.splitlines() if LIBRARY_LINE.search(line)]
     assert not noise, noise[:10]
     assert (run_dir / "harness.log").exists()
@@ -204,15 +196,12 @@ def test_a_head_kill_from_the_cli_keeps_the_console_clean_and_its_report_reads(
     assert re.search(r"^probe gcs_recovery\s+run\s+GCS back in \d+\.\d s, workers in",
                      proc.stdout, re.M), proc.stdout[-3000:]
     assert re.search(r"^probe job_survival\s+run\s+1/1 jobs survived", proc.stdout, re.M)
-    blind = _observer_or_known_gap(run_dir, summary, seen)
+    _agrees_with_the_observer(run_dir, summary, seen)
     if CHROMIUM.exists():
         seen = check_in_chromium(run_dir / "report.html", tmp_path / "report.png")
-        assert seen["story"].startswith("Failed:" if slow else "Passed: all"), seen["story"]
+        assert seen["story"].startswith("Inconclusive:" if inconclusive else "Passed: all"), \
+            seen["story"]
         assert "raychaos killed the head (mode head, SIGKILL" in seen["story"]
         assert "The GCS was down for" in seen["story"]
         assert seen["loads"] == "serve_users,task_storm"
         assert re.search(r"GCS : (up|DOWN)", seen["hover"]), seen["hover"]
-    if slow:
-        pytest.xfail(slow)
-    if blind:
-        pytest.xfail(blind)

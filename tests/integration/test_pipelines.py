@@ -22,9 +22,8 @@ from ._experiments import (
     WARM,
     module_cluster,
     raychaos_block,
-    slower_than_calibrated,
+    assert_healthy,
     variant,
-    xfail_if_head_crash_looped,
 )
 
 NAME = WARM
@@ -70,15 +69,16 @@ def test_head_kill_through_the_plugin_then_compare(cluster, pytester: pytest.Pyt
     assert len(runs) == 1, out
     [run_dir] = runs
     summary = json.loads((run_dir / "summary.json").read_text())
-    # a box slower than the shipped calibration fails those SLOs' cases (and the run's), and
-    # only those: everything else is checked the same, then the test ends as an xfail
-    slow = slower_than_calibrated(1, summary) if result.ret != 0 else None
-    if result.ret != 0 and not slow:
-        xfail_if_head_crash_looped(run_dir)
-    assert result.ret == 0 or slow, out
+    # a healthy cluster passes, or (the other lane loading these cores) is inconclusive for
+    # a reason about the data: those checks' items are skipped, none fails
+    assert result.ret == 0, out  # passed and skipped items only
+    inconclusive = assert_healthy({"pass": 0, "inconclusive": 3}.get(summary["verdict"], 1),
+                                  summary, out)
     late = {f"slo[{s['name']}]" for s in summary["slos"] if s["verdict"] != "pass"}
-    if not slow:
-        result.assert_outcomes(passed=1 + len(SLOS) + len(PROBES))
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) == 0 and outcomes.get("errors", 0) == 0, out
+    assert outcomes.get("passed", 0) + outcomes.get("skipped", 0) == 1 + len(SLOS) + len(PROBES)
+    assert outcomes.get("skipped", 0) == (len(late) + 1 if inconclusive else 0), out
     # proof the chaos happened: the head was killed and a new one took its place
     [fault] = summary["faults"]
     assert fault["evidence"]["landed"] and fault["evidence"]["old"]["pid"] == before["pid"]
@@ -88,11 +88,9 @@ def test_head_kill_through_the_plugin_then_compare(cluster, pytester: pytest.Pyt
     expected = {"run", *(f"slo[{n}]" for n in SLOS), *(f"probe[{n}]" for n in PROBES)}
     assert set(cases) == expected, sorted(cases)
     for name, case in cases.items():
-        if name in late:
-            assert case.find("failure") is not None, name
+        if name in late or (inconclusive and name == "run"):
+            assert case.find("skipped") is not None, name  # inconclusive: skipped, why
             continue
-        if slow and name == "run":
-            continue  # the run's own verdict: failed, for those SLOs
         assert case.find("failure") is None and case.find("error") is None, name
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
         assert props["run_dir"] == str(run_dir), name
@@ -116,5 +114,3 @@ def test_head_kill_through_the_plugin_then_compare(cluster, pytester: pytest.Pyt
     assert "gcs-recovers-fast" in report and "regression" in report.lower(), report
     # the run stopped its loads and read that back (loads_ended): none is left on the cluster
     assert target.jobs.active_jobs() == [], "a load job outlived the run"
-    if slow:
-        pytest.xfail(slow)

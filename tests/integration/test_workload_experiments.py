@@ -16,9 +16,8 @@ from ._experiments import (
     module_cluster,
     raychaos_block,
     run_on_warm,
-    slower_than_calibrated,
+    assert_healthy,
     why_failed,
-    xfail_if_head_crash_looped,
 )
 
 
@@ -32,14 +31,10 @@ def _run(name, cluster, tmp_path, change=None):  # noqa: ANN001, ANN202
 
 
 def _passes(code, summary, run_dir):  # noqa: ANN001, ANN202
-    slow = slower_than_calibrated(code, summary)
-    if code != 0 and not slow:
-        xfail_if_head_crash_looped(run_dir)
-    assert code == 0 or slow, why_failed(code, summary) + "\n" + json.dumps(
-        {k: summary[k] for k in ("slos", "probes", "errors")}, indent=1)[:5000]
+    assert_healthy(code, summary, json.dumps(
+        {k: summary[k] for k in ("slos", "probes", "errors")}, indent=1)[:5000])
     for fault in summary["faults"]:
         assert fault["state"] == "undone" and fault["evidence"], fault
-    return slow
 
 
 @pytest.mark.parametrize("name", ["rayservice-head-kill", "rayjob-head-kill"])
@@ -47,15 +42,13 @@ def test_the_workload_experiment_passes_locally(name, cluster, tmp_path, monkeyp
     monkeypatch.chdir(REPO)
     target, _ = cluster
     code, summary, run_dir = _run(name, cluster, tmp_path)
-    slow = _passes(code, summary, run_dir)
+    _passes(code, summary, run_dir)
     assert summary["faults"] and all(f["fault"] == "kill_head" for f in summary["faults"])
     if name == "rayjob-head-kill":
         probes = {p["name"]: p["verdict"] for p in summary["probes"]}
         assert probes["job_status_consistent"] == "pass", probes
     alive = [n for n in target.nodes() if n.state == "ALIVE"]
     assert len(alive) == 3, "cluster shape restored"
-    if slow:
-        pytest.xfail(slow)
 
 
 def test_clients_of_the_heads_own_proxy_lose_requests_and_the_slo_says_so(cluster, tmp_path,
@@ -74,5 +67,6 @@ def test_clients_of_the_heads_own_proxy_lose_requests_and_the_slo_says_so(cluste
     lost = rows["serve-requests-lost-during-chaos"]
     assert code == 1 and summary["errors"] == [], why_failed(code, summary)
     assert lost["verdict"] == "fail" and lost["value"] > lost["threshold"], lost
-    assert rows["gcs-recovers-fast"]["verdict"] == "pass", "the GCS came back: only requests lost"
+    assert rows["gcs-recovers-fast"]["verdict"] in ("pass", "inconclusive"), \
+        "the GCS came back: only requests lost"
     assert all(f["state"] == "undone" for f in summary["faults"]), summary["faults"]

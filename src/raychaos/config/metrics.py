@@ -11,6 +11,10 @@ is defined once. ``producer`` says where the value comes from:
 - ``gpu`` / ``storage``: the resource watch's ``kind: gpu`` / ``kind: storage`` records over the
   window (:mod:`raychaos.observe.watch`; the session starts it when an SLO names one of these).
 
+``timing`` metrics are seconds, latencies and rates: what a busy host moves without anything
+being wrong with Ray. Their misses are judged against the host noise of their windows;
+invariants and counts (a lost job, a dead node, a corrupted block) never are.
+
 ``live`` metrics are computed from the timeline while the run goes on (``abort_if``).
 """
 
@@ -32,16 +36,19 @@ class Metric:
     evidence_key: str | None = None  # for probe:* producers
     slo: bool = True  # may be named by an SLO
     live: bool = False  # may be named by abort_if
+    #: a timing or rate the host's speed moves as much as the system's: a miss measured while
+    #: unrelated work loaded the host is ``inconclusive`` (see :mod:`raychaos.observe.slo`)
+    timing: bool = False
 
 
 _ALL = [
     Metric("gcs_recovery_s", "s", "lower", "probe:gcs_recovery",
            "seconds from the head/GCS kill to the start of the first stretch of at least 5 s "
-           "of uninterrupted GCS answers", "gcs_recovery_s"),
+           "of uninterrupted GCS answers", "gcs_recovery_s", timing=True),
     Metric("nodes_recovery_s", "s", "lower", "probe:gcs_recovery",
            "seconds from the kill until every worker alive before it is ALIVE with its node ID "
            "AND its raylet has reported to the new GCS (re-registered; a target that cannot "
-           "tell leaves it unmeasured, an error, never assumed)", "nodes_recovery_s"),
+           "tell leaves it unmeasured, an error, never assumed)", "nodes_recovery_s", timing=True),
     Metric("gcs_flaps", "count", "lower", "probe:gcs_recovery",
            "times the GCS went down again after its first answer following the kill",
            "gcs_flaps_after_first_answer"),
@@ -54,14 +61,14 @@ _ALL = [
            "failed / (completed + failed) operations of the loads in the window"),
     Metric("throughput_ratio", "ratio", "higher", "loads",
            "load throughput in the window (completions per wall second, stalled seconds "
-           "counted as zero) as a fraction of baseline"),
+           "counted as zero) as a fraction of baseline", timing=True),
     Metric("p95_latency_ms", "ms", "lower", "loads",
-           "p95 latency of the loads' completions in the window"),
+           "p95 latency of the loads' completions in the window", timing=True),
     Metric("p99_latency_ms", "ms", "lower", "loads",
-           "p99 latency of the loads' completions in the window"),
+           "p99 latency of the loads' completions in the window", timing=True),
     Metric("throughput_recovery_s", "s", "lower", "loads",
            "seconds after the end of chaos until a 3-second mean of throughput is back to "
-           ">= 90% of baseline"),
+           ">= 90% of baseline", timing=True),
     Metric("checksum_errors", "count", "lower", "loads",
            "blocks whose checksum did not match (corrupted) in the window"),
     Metric("blocks_lost_or_corrupted", "count", "lower", "loads",
@@ -81,15 +88,15 @@ _ALL = [
            "1 when every job the GCS knew before the fault is still in its job table",
            "preserved"),
     Metric("gcs_latency_p95_ms", "ms", "lower", "monitor",
-           "p95 of the monitor's GCS round trips (one node-table request each) in the window"),
+           "p95 of the monitor's GCS round trips (one node-table request each) in the window", timing=True),
     Metric("node_deaths", "count", "lower", "monitor",
            "node IDs the GCS began to list DEAD in the window (false or not)"),
     Metric("health_check_failures", "count", "lower", "monitor",
            "health checks of raylets the GCS saw fail in the window (its own log lines)"),
     Metric("spill_mb_per_s", "MB/s", "lower", "monitor",
-           "mean rate at which objects were spilled to disk in the window (all nodes)"),
+           "mean rate at which objects were spilled to disk in the window (all nodes)", timing=True),
     Metric("restore_mb_per_s", "MB/s", "lower", "monitor",
-           "mean rate at which spilled objects were restored from disk in the window"),
+           "mean rate at which spilled objects were restored from disk in the window", timing=True),
     Metric("gpu_stranded_capacity_frac", "ratio", "lower", "gpu",
            "of the GPU-seconds of the nodes a load ran on (all nodes without load:), the share "
            "held by tasks waiting on their inputs or left free while its GPU demand pended"),
@@ -102,7 +109,7 @@ _ALL = [
            "(the rest it moved to disk)"),
     Metric("ramp_knee", "tasks/s", "higher", "probe:ramp_knee",
            "the last offered load of a ramp that kept p95, failures and throughput in bounds",
-           "knee"),
+           "knee", timing=True),
     Metric("error_ratio", "ratio", "lower", "loads",
            "failures / (count + failures) of the loads over the last for_s seconds",
            slo=False, live=True),

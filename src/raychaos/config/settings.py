@@ -189,8 +189,20 @@ class RaychaosSettings:
     abort_if: list[AbortSpec] = field(default_factory=list)
 
 
+#: metrics a relative SLO (``relative_to: baseline``) may judge: per-request latencies, whose
+#: window is compared with the same load's baseline window request by request
+RELATIVE_METRICS = ("p95_latency_ms", "p99_latency_ms")
+#: the default minimum of samples a window needs before a load figure is judged at all
+MIN_SAMPLES = 100
+
+
 @dataclass(frozen=True)
 class SloSpec:
+    """One check of a profile. ``relative_to: baseline`` makes ``threshold`` a factor of the
+    same load's baseline figure (``p95 <= 2 x baseline``), judged with a bootstrap interval and
+    a rank test (:mod:`raychaos.observe.relative`). ``min_samples`` (default: the profile's) is
+    how many samples each window the check reads must hold; fewer is ``inconclusive``."""
+
     name: str = field(metadata=NONEMPTY)
     metric: str = field(default="", metadata=NONEMPTY)
     op: Literal["<=", "<", ">=", ">", "=="] = "<="
@@ -198,17 +210,44 @@ class SloSpec:
     window: Literal["baseline", "chaos", "recovery", "run", "overlap"] = "run"
     load: str | None = None
     description: str = ""
+    relative_to: Literal["baseline"] | None = None
+    min_samples: int | None = field(default=None, metadata={"min": 1, "max": 10_000_000})
 
     def __post_init__(self) -> None:
         if self.metric not in SLO_METRICS:
             raise ValueError(f"metric: unknown metric {self.metric!r} "
                              f"(known: {', '.join(sorted(SLO_METRICS))})")
+        if self.relative_to is None:
+            return
+        if self.metric not in RELATIVE_METRICS:
+            raise ValueError(f"relative_to: {self.metric} cannot be judged against the "
+                             f"baseline (relative metrics: {', '.join(RELATIVE_METRICS)}; "
+                             "throughput_ratio and throughput_recovery_s already are)")
+        if self.window == "baseline":
+            raise ValueError("window: 'baseline' cannot be judged relative to itself")
+        if self.threshold <= 0 or self.op == "==":
+            raise ValueError(f"threshold: a relative bound is a factor of the baseline, "
+                             f"{self.op} {self.threshold!r} is not one (e.g. op '<=', "
+                             "threshold 2)")
+
+
+@dataclass(frozen=True)
+class HostNoiseSpec:
+    """How much host noise may differ between the windows a check compares (or, for an
+    absolute bound, be in its window) before its miss says nothing about the system under
+    test: CPU taken by unrelated work, in cores, and the harness's timer lag p95."""
+
+    foreign_cpus: float = field(default=0.3, metadata={"min": 0, "max": 1024})
+    timer_lag_ms: float = field(default=20.0, metadata={"min": 0, "max": 60_000})
+    min_samples: int = field(default=3, metadata={"min": 1, "max": 100_000})
 
 
 @dataclass(frozen=True)
 class SloProfile:
     name: str = field(metadata=NONEMPTY)
     description: str = ""
+    min_samples: int = field(default=MIN_SAMPLES, metadata={"min": 1, "max": 10_000_000})
+    host_noise: HostNoiseSpec = field(default_factory=HostNoiseSpec)
     slos: list[SloSpec] = field(default_factory=list)
 
 

@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from raychaos.catalog import stats_format
 from raychaos.config.rayflags import HEALTH_CHECK_FAILED_LINE
 from raychaos.results.store import Ev, Timeline
 from raychaos.targets.base import NodeInfo, Target
@@ -112,8 +113,9 @@ def monitor_metric(metric: str, records: list[dict[str, Any]], window: tuple[flo
         if not timed:
             return None, "fail", {"samples": len(samples),
                                   "note": "the GCS answered no sample in the window"}
-        timed.sort()
-        value, late = timed[min(len(timed) - 1, int(0.95 * len(timed)))]
+        timed.sort()  # the one percentile definition (nearest rank, loads/_stats.py)
+        value = stats_format().percentile([v for v, _ in timed], 95)
+        late = next(x for v, x in timed if v == value)
         evidence: dict[str, Any] = {"samples": len(timed), "late": sum(x[1] for x in timed)}
         if late:
             evidence["lower_bound"] = "the p95 sample was late: the GCS took longer than the "

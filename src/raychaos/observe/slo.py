@@ -5,7 +5,7 @@ load figures are :mod:`raychaos.observe.loadstats`' (per wall second, zero lines
 seconds); probe figures are the probes' evidence (the metric registry,
 :mod:`raychaos.config.metrics`, says which).
 
-Each SLO row gets one of four verdicts:
+Each SLO row gets one of five verdicts:
 
 - ``pass`` / ``fail``: the value met / did not meet the threshold;
 - ``fail`` also when the value does not exist because the *system* did not produce it: nothing
@@ -14,7 +14,28 @@ Each SLO row gets one of four verdicts:
 - ``error`` when the *harness* could not observe it: the producing probe raised, recorded
   nothing or could not observe (``unknown``), the load never reported, the field is not in
   the load's stats, there is no baseline to compare with;
-- ``n/a`` when it does not apply to this run: no job to survive, no sentinel, no chaos window.
+- ``n/a`` when it does not apply to this run: no job to survive, no sentinel, no chaos window;
+- ``inconclusive`` when the data cannot support a verdict, never a pass or a fail blamed on
+  Ray (the reason is ``evidence["inconclusive"]``):
+
+  - **too few samples**: a load figure whose window holds fewer requests than the check's
+    ``min_samples`` (default: the profile's, 100) — a p95 of 40 requests is two requests; a
+    throughput ratio whose baseline pace would have completed fewer than that in the window;
+    a load that completed *nothing* while its baseline pace says it should have is still a
+    ``fail`` (it stalled);
+  - **host noise**: a *timing* metric (:attr:`raychaos.config.metrics.Metric.timing`) that
+    missed while the host was busy with unrelated work (:mod:`raychaos.observe.hostnoise`):
+    for a figure judged against the baseline (a relative bound, a throughput ratio, the time
+    back to baseline), when its window saw more noise than the baseline by more than the
+    profile's ``host_noise`` bounds — and a *pass* too when the baseline was the noisier one
+    (an inflated baseline makes any relative bound lax); for an absolute bound (GCS back within
+    20 s), when its window itself was that noisy;
+  - **a relative bound not shown**: the ratio is past the bound but its bootstrap interval
+    reaches back inside it (:func:`raychaos.observe.relative.judge`).
+
+A relative SLO (``relative_to: baseline``) is judged by :mod:`raychaos.observe.relative` on the
+per-request samples of its window and of the same load's baseline window; its value is the
+ratio, its evidence the two percentiles, the interval, the rank test and its effect size.
 """
 
 from __future__ import annotations
@@ -24,7 +45,8 @@ from typing import Any
 
 from raychaos.catalog import stats_format
 from raychaos.config.metrics import METRICS, probe_of
-from raychaos.config.settings import SloProfile, SloSpec
+from raychaos.config.settings import MIN_SAMPLES, HostNoiseSpec, SloProfile, SloSpec
+from raychaos.observe.hostnoise import NoiseBounds, noise_differs, noise_high, window_noise
 from raychaos.observe.loadstats import (
     aggregate,
     baseline_pace,
@@ -32,7 +54,9 @@ from raychaos.observe.loadstats import (
     load_names,
     series,
     time_back,
+    window_latencies,
 )
+from raychaos.observe.relative import compare_percentiles, judge
 from raychaos.observe.resources import RESOURCE_METRICS, resource_metric
 from raychaos.observe.signals import MONITOR_METRICS, monitor_metric
 from raychaos.observe.windows import windows
@@ -176,6 +200,117 @@ def metric_value(slo: SloSpec, records: list[dict[str, Any]], wins: Wins,
     return _from_monitor(slo, records, wins)
 
 
+def _relative(slo: SloSpec, records: list[dict[str, Any]], wins: Wins, need: int
+              ) -> tuple[float | None, str, dict[str, Any]]:
+    """A relative latency bound: (ratio, verdict, evidence) — see :mod:`.relative`."""
+    who = f"load {slo.load}" if slo.load else "the loads"
+    if slo.load and slo.load not in load_names(records) or not load_names(records):
+        return None, "error", {"note": f"not measured: no stats from {who}"}
+    if slo.window not in wins or "baseline" not in wins:
+        return None, "n/a", {"note": f"the run has no {slo.window} window (no fault was "
+                                     "applied)"}
+    q = 95.0 if slo.metric == "p95_latency_ms" else 99.0
+    base = window_latencies(records, wins, "baseline", slo.load)
+    mine = window_latencies(records, wins, slo.window, slo.load)
+    n_base = int(base[1].sum()) if base is not None else 0
+    n_mine = int(mine[1].sum()) if mine is not None else 0
+    evidence: dict[str, Any] = {"relative_to": "baseline", "samples": n_mine,
+                                "baseline_samples": n_base, "min_samples": need}
+    if base is None or mine is None:
+        return None, "error", {**evidence, "note": f"not measured: {who} reports no "
+                                                   "per-request latencies"}
+    if n_base < need:
+        return None, "inconclusive", {**evidence, "inconclusive": (
+            f"{n_base} samples in baseline, fewer than the {need} the check needs")}
+    if n_mine == 0:
+        return None, "fail", {**evidence, "note": f"no completions in {slo.window}: {who} "
+                                                  "stalled"}
+    if n_mine < need:
+        return None, "inconclusive", {**evidence, "inconclusive": (
+            f"{n_mine} samples in {slo.window}, fewer than the {need} the check needs")}
+    comparison = compare_percentiles(mine, base, q)
+    verdict, why = judge(comparison, slo.op, slo.threshold, OPS)
+    evidence.update(comparison.evidence())
+    if why:
+        evidence["inconclusive"] = why
+    return comparison.ratio, verdict, evidence
+
+
+def _shortfall(slo: SloSpec, evidence: dict[str, Any], records: list[dict[str, Any]],
+               wins: Wins, need: int) -> str | None:
+    """Why a load figure has too few samples to be judged, or None (see the module docstring;
+    a load that completed nothing at its baseline pace is a fail, not a shortfall)."""
+    if METRICS[slo.metric].producer != "loads" or slo.relative_to:
+        return None
+    if slo.metric in ("task_failure_ratio", "p95_latency_ms", "p99_latency_ms"):
+        n = int(evidence.get("count") or 0) + (int(evidence.get("failures") or 0)
+                                               if slo.metric == "task_failure_ratio" else 0)
+        evidence.setdefault("samples", n)
+        evidence["min_samples"] = need
+        return (f"{n} samples in {slo.window}, fewer than the {need} the check needs"
+                if 0 < n < need else None)
+    if slo.metric in ("throughput_ratio", "throughput_recovery_s") and "baseline" in wins:
+        base, _ = aggregate(records, wins, "baseline", slo.load)
+        evidence["baseline_samples"] = base["count"]
+        evidence["min_samples"] = need
+        seconds = evidence.get("seconds") or base["seconds"] or 0
+        expected = (base["throughput"] or 0.0) * seconds
+        if base["count"] < need:
+            return f"{base['count']} samples in baseline, fewer than the {need} the check needs"
+        if expected < need:
+            return (f"the {slo.window} window is too short: at the baseline pace it holds "
+                    f"{expected:.0f} completions, fewer than the {need} the check needs")
+    return None
+
+
+def _noise_window(slo: SloSpec, wins: Wins) -> str:
+    """The window whose host noise a check's figure felt: a recovery figure read over the run
+    (a probe's) felt the chaos; the time back to baseline, the recovery."""
+    if slo.metric == "throughput_recovery_s":
+        return "recovery"
+    if slo.window == "run" and METRICS[slo.metric].producer.startswith("probe:") \
+            and "chaos" in wins:
+        return "chaos"
+    return slo.window
+
+
+def _noisier(a: dict[str, Any], b: dict[str, Any], bounds: NoiseBounds) -> bool:
+    """Window noise ``a`` is past ``b``'s by more than a bound (either sensor)."""
+    def over(key: str, bound: float) -> bool:
+        x, y = a.get(key), b.get(key)
+        return x is not None and y is not None and float(x) - float(y) > bound
+    return over("foreign_cpus_mean", bounds.foreign_cpus) or over("timer_lag_ms_p95",
+                                                                  bounds.timer_lag_ms)
+
+
+def _noise_reason(slo: SloSpec, verdict: str, wins: Wins, noise: dict[str, dict[str, Any]],
+                  bounds: NoiseBounds) -> str | None:
+    """Why host noise makes a timing check's verdict say nothing about the system, or None."""
+    if not METRICS[slo.metric].timing or verdict not in ("pass", "fail"):
+        return None
+    name = _noise_window(slo, wins)
+    judged = noise.get(name) or {}
+    if (judged.get("samples") or 0) < bounds.min_samples:
+        return None  # no sensor (an older timeline) or a window too short to say: as before
+    relative = bool(slo.relative_to) or slo.metric in ("throughput_ratio",
+                                                       "throughput_recovery_s")
+    if not relative:
+        return noise_high(judged, name, bounds) if verdict == "fail" else None
+    base = noise.get("baseline") or {}
+    if (base.get("samples") or 0) < bounds.min_samples:
+        return None
+    if verdict == "fail" and _noisier(judged, base, bounds) or \
+            verdict == "pass" and _noisier(base, judged, bounds):
+        return noise_differs(base, judged, name, bounds)
+    return None
+
+
+def _bounds(profile: SloProfile | None) -> NoiseBounds:
+    spec = profile.host_noise if profile else HostNoiseSpec()
+    return NoiseBounds(foreign_cpus=spec.foreign_cpus, timer_lag_ms=spec.timer_lag_ms,
+                       min_samples=spec.min_samples)
+
+
 def evaluate(profile: SloProfile | None, records: list[dict[str, Any]],
              probes: list[dict[str, Any]], wins: Wins | None = None
              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -185,19 +320,36 @@ def evaluate(profile: SloProfile | None, records: list[dict[str, Any]],
     for p in probes:  # a probe run twice: the worst of its verdicts speaks
         if p["name"] not in by_name or _rank(p["verdict"]) > _rank(by_name[p["name"]]["verdict"]):
             by_name[p["name"]] = p
+    bounds = _bounds(profile)
+    noise = {w: window_noise(records, span) for w, span in wins.items()}
     rows = []
     for slo in (profile.slos if profile else []):
-        value, otherwise, evidence = metric_value(slo, records, wins, by_name)
-        if value is None:
-            verdict = otherwise
-            evidence = {**evidence, "note": evidence.get("note", "not measured in this run")}
+        need = slo.min_samples or (profile.min_samples if profile else MIN_SAMPLES)
+        if slo.relative_to:
+            value, verdict, evidence = _relative(slo, records, wins, need)
         else:
-            verdict = "pass" if OPS[slo.op](value, slo.threshold) else "fail"
-            evidence.pop("note", None)
+            value, otherwise, evidence = metric_value(slo, records, wins, by_name)
+            if value is None:
+                verdict = otherwise
+                evidence = {**evidence, "note": evidence.get("note", "not measured in this run")}
+            else:
+                verdict = "pass" if OPS[slo.op](value, slo.threshold) else "fail"
+                evidence.pop("note", None)
+            short = _shortfall(slo, evidence, records, wins, need) \
+                if verdict in ("pass", "fail") else None
+            if short:
+                verdict, evidence["inconclusive"] = "inconclusive", short
+        why = _noise_reason(slo, verdict, wins, noise, bounds)
+        if why:
+            verdict, evidence["inconclusive"] = "inconclusive", why
+        if METRICS[slo.metric].timing:
+            evidence["host_noise"] = {w: noise.get(w) for w in dict.fromkeys(
+                ["baseline", _noise_window(slo, wins)]) if w in noise}
         rows.append({"name": slo.name, "metric": slo.metric, "window": slo.window,
                      "load": slo.load, "value": None if value is None else round(value, 4),
                      "op": slo.op, "threshold": slo.threshold, "verdict": verdict,
-                     "description": slo.description, "evidence": evidence})
+                     "relative_to": slo.relative_to, "description": slo.description,
+                     "evidence": evidence})
     return rows, {k: [round(v[0], 3), round(v[1], 3)] for k, v in wins.items()}
 
 

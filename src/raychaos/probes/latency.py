@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 from typing import Annotated, Any
 
+from raychaos.catalog import stats_format
 from raychaos.config.arguments import Range
 from raychaos.context import current
 from raychaos.observe.windows import windows
@@ -22,8 +23,9 @@ __all__ = ["gcs_latency"]
 
 
 def _p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, int(round(0.95 * len(ordered))) - 1))]
+    """The p95 by the one percentile definition (nearest rank, ``loads/_stats.py``)."""
+    value: float = stats_format().percentile(sorted(values), 95)
+    return value
 
 
 def gcs_latency(samples: Annotated[int, Range(1, 1000)] = 10,

@@ -185,6 +185,31 @@ class LoadSet:
             min(run.settings.monitor.settle_s, 2.0)
         self.say(f"baseline: {hold:g}s")
         time.sleep(hold)
+        self._hold_for_samples()
+
+    def _hold_for_samples(self) -> None:
+        """Hold the baseline until every load a check reads has the samples its checks need
+        (at most :data:`raychaos.run.samples.EXTRA_HOLD_S` more): a baseline too small to
+        compare with makes every relative check inconclusive."""
+        from raychaos.run.samples import EXTRA_HOLD_S, short
+
+        run = self.run
+        deadline = time.monotonic() + EXTRA_HOLD_S
+        said = False
+        while True:
+            missing = short(read_timeline(run.timeline.path), run.slo_profile, "baseline")
+            if not missing or time.monotonic() >= deadline:
+                break
+            if not said:
+                self.say("baseline: holding for samples ("
+                         + ", ".join(f"{k} {v}" for k, v in missing.items()) + ")")
+                said = True
+            run.timeline.wait(1.0)
+        if missing:
+            self.say("baseline: still short of samples after "
+                     f"{EXTRA_HOLD_S:g} s more (" + ", ".join(
+                         f"{k} {v}" for k, v in missing.items())
+                     + "): checks that need them will be inconclusive")
 
     def _await_reports(self) -> None:
         run = self.run

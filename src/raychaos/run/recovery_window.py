@@ -10,6 +10,10 @@ may be too short when they are not; so the window ends as soon as
   chaos), and
 - the monitor's last sample sees the GCS answering and as many nodes alive as before the fault,
 
+- every load a check reads in ``recovery`` has the samples the check needs there
+  (:mod:`raychaos.run.samples`: a recovery window of two seconds holds too few requests to
+  judge a p95 by),
+
 or when ``monitor.recovery_window_s`` (now the bound) has passed since it started waiting. A run
 without loads has nothing to wait for beyond the cluster; a run without a fault, nothing at all.
 The result (why it ended, how long it waited) goes to the timeline as a ``recovery_window``
@@ -32,6 +36,7 @@ from raychaos.observe.loadstats import (
 )
 from raychaos.observe.windows import windows
 from raychaos.results.store import Ev, read_timeline
+from raychaos.run.samples import short
 
 __all__ = ["back_at_baseline", "observe_recovery"]
 
@@ -84,6 +89,10 @@ def observe_recovery(run: Run, bound_s: float) -> dict[str, Any]:
         back, detail = back_at_baseline(records)
         if back and run.clock.t() < measurable_from(records):
             back = False  # back, but the verdict could not see it yet: a few seconds more
+        missing = short(records, run.slo_profile, "recovery")
+        if missing:
+            detail["samples_short"] = missing
+            back = False  # back, but too few requests yet to judge the window by
         if back or time.monotonic() >= deadline:
             break
         run.timeline.wait(min(1.0, max(0.0, deadline - time.monotonic())))

@@ -1,0 +1,196 @@
+"""Verdicts that depend on the system under test only: relative bounds (a window against the same
+load's baseline, per request), minimum sample counts and host noise — each verdict seen both
+ways on synthetic timelines, with the figures worked out from the samples that made them."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from raychaos.catalog import stats_format
+from raychaos.config.settings import HostNoiseSpec, SloProfile, SloSpec, load_slo_profile
+from raychaos.errors import ConfigError
+from raychaos.observe.slo import evaluate
+
+RATE = 30  # requests a second, as the shipped open-loop Serve load
+
+
+def _second(t: float, latencies_ms: np.ndarray, failures: int = 0) -> dict:
+    fmt = stats_format()
+    hist = Counter(str(fmt.bucket_of(float(x))) for x in latencies_ms)
+    ordered = sorted(float(x) for x in latencies_ms)
+    return {"t": t, "kind": "load", "load": "serve", "count": len(ordered), "failures": failures,
+            "p50_ms": fmt.percentile(ordered, 50), "p95_ms": fmt.percentile(ordered, 95),
+            "p99_ms": fmt.percentile(ordered, 99), "hist": dict(hist)}
+
+
+def timeline(*, recovery_ms: float = 50.0, recovery_rate: int = RATE, baseline_s: int = 10,
+             recovery_s: int = 10, noise: dict[str, tuple[float, float]] | None = None,
+             seed: int = 7) -> list[dict]:
+    """A Serve load at ``RATE``/s: baseline (lognormal around 50 ms), a 5 s head kill, then
+    recovery around ``recovery_ms`` at ``recovery_rate``. ``noise``: per window, the host's
+    (foreign CPUs, timer lag p95 ms) each second."""
+    rng = np.random.default_rng(seed)
+    recs: list[dict] = []
+    chaos_at, chaos_s = baseline_s + 1, 5
+    end = chaos_at + chaos_s + recovery_s
+    for s in range(end):
+        if s < chaos_at:
+            lat = rng.lognormal(np.log(50), 0.3, RATE)
+        elif s < chaos_at + chaos_s:
+            lat = rng.lognormal(np.log(80), 0.3, RATE)
+        else:
+            lat = rng.lognormal(np.log(recovery_ms), 0.3, recovery_rate)
+        recs.append(_second(s + 0.5, lat))
+        window = "baseline" if s < chaos_at else "chaos" if s < chaos_at + chaos_s \
+            else "recovery"
+        foreign, lag = (noise or {}).get(window, (0.02, 2.0))
+        recs.append({"t": s + 0.6, "kind": "host", "foreign_cpus": foreign, "busy_cpus": foreign,
+                     "timer_lag_ms_p95": lag, "timer_lag_ms_max": lag, "sut_known": True})
+    recs += [{"t": chaos_at, "kind": "event", "event": "fault_start", "name": "kill_head",
+              "detail": {"id": "f1"}},
+             {"t": chaos_at + chaos_s, "kind": "event", "event": "fault_end", "name": "kill_head",
+              "detail": {"id": "f1"}}]
+    return sorted(recs, key=lambda r: r["t"])
+
+
+def relative(threshold: float = 2.0, **kw) -> SloSpec:
+    return SloSpec(name="serve-p95", metric="p95_latency_ms", window="recovery", load="serve",
+                   relative_to="baseline", op="<=", threshold=threshold, **kw)
+
+
+def judge(slo: SloSpec, records: list[dict], probes: list[dict] | None = None,
+          **profile) -> dict:
+    [row], _ = evaluate(SloProfile(name="p", slos=[slo], **profile), records, probes or [])
+    return row
+
+
+def test_a_recovery_as_fast_as_its_baseline_passes_with_its_statistics():
+    row = judge(relative(), timeline())
+    ev = row["evidence"]
+    assert row["verdict"] == "pass", row
+    assert 0.7 < row["value"] < 1.4 and ev["ci"][0] <= row["value"] <= ev["ci"][1]
+    assert ev["samples"] == 10 * RATE and ev["baseline_samples"] >= 9 * RATE
+    assert 0.3 < ev["effect_size"] < 0.7  # a request of either window as likely the slower
+    assert ev["mann_whitney_p"] > 0.001
+
+
+def test_a_recovery_four_times_slower_fails_and_the_rank_test_agrees():
+    row = judge(relative(), timeline(recovery_ms=200))
+    ev = row["evidence"]
+    assert row["verdict"] == "fail", row
+    assert ev["ci"][0] > 2.0, "the whole interval is past the bound"
+    assert ev["effect_size"] > 0.95 and ev["mann_whitney_p"] < 1e-6
+
+
+def test_a_ratio_past_its_bound_whose_interval_reaches_back_is_inconclusive():
+    row = judge(relative(threshold=1.0, min_samples=20), timeline(recovery_ms=52,
+                                                                   recovery_s=1))
+    assert row["verdict"] == "inconclusive", row
+    assert "interval" in row["evidence"]["inconclusive"]
+
+
+def test_too_few_samples_in_a_window_is_inconclusive_never_a_verdict():
+    # 5 s at 10 requests a second: 50 samples, four times slower — still not a fail
+    row = judge(relative(), timeline(recovery_ms=200, recovery_rate=10, recovery_s=5))
+    assert row["verdict"] == "inconclusive", row
+    assert row["evidence"]["inconclusive"] == ("50 samples in recovery, fewer than the 100 "
+                                               "the check needs")
+    # the same window judged with a minimum it meets: the slowdown shows
+    assert judge(relative(min_samples=40), timeline(recovery_ms=200, recovery_rate=10,
+                                                     recovery_s=5))["verdict"] == "fail"
+
+
+def test_a_load_that_completed_nothing_fails_however_few_samples():
+    records = [r for r in timeline() if not (r["kind"] == "load" and r["t"] > 16)]
+    row = judge(relative(), records)
+    assert row["verdict"] == "fail" and "stalled" in row["evidence"]["note"], row
+
+
+def test_a_slow_recovery_on_a_busy_host_is_inconclusive_and_names_the_noise():
+    busy = timeline(recovery_ms=200, noise={"recovery": (1.1, 3.0)})
+    row = judge(relative(), busy)
+    assert row["verdict"] == "inconclusive", row
+    assert row["evidence"]["inconclusive"].startswith("host busy"), row["evidence"]
+    assert "recovery" in row["evidence"]["inconclusive"]
+    # the same slowdown on a host as quiet in recovery as in baseline: a fail
+    assert judge(relative(), timeline(recovery_ms=200))["verdict"] == "fail"
+
+
+def test_a_busy_host_throughout_still_judges_a_relative_bound():
+    # stress on the host from start to end: both windows saw it, the comparison holds
+    steady = {"baseline": (1.0, 30.0), "chaos": (1.0, 30.0), "recovery": (1.0, 30.0)}
+    assert judge(relative(), timeline(noise=steady))["verdict"] == "pass"
+    assert judge(relative(), timeline(recovery_ms=200, noise=steady))["verdict"] == "fail"
+
+
+def test_a_pass_against_a_noisier_baseline_is_inconclusive():
+    row = judge(relative(), timeline(noise={"baseline": (1.2, 3.0)}))
+    assert row["verdict"] == "inconclusive", row
+    assert row["evidence"]["inconclusive"].startswith("host busy in baseline")
+
+
+def test_the_timer_lag_sensor_alone_makes_a_miss_inconclusive():
+    row = judge(relative(), timeline(recovery_ms=200, noise={"recovery": (0.0, 150.0)}))
+    assert row["verdict"] == "inconclusive" and "timer lag" in row["evidence"]["inconclusive"]
+    bounds = HostNoiseSpec(timer_lag_ms=500.0)  # a profile that tolerates that much lag
+    assert judge(relative(), timeline(recovery_ms=200, noise={"recovery": (0.0, 150.0)}),
+                 host_noise=bounds)["verdict"] == "fail"
+
+
+def _gcs_probe(seconds: float) -> list[dict]:
+    return [{"name": "gcs_recovery", "verdict": "pass",
+             "evidence": {"gcs_recovery_s": seconds, "nodes_recovery_s": seconds}}]
+
+
+GCS_BACK = SloSpec(name="gcs-back", metric="gcs_recovery_s", op="<=", threshold=20)
+
+
+def test_an_absolute_recovery_bound_missed_on_a_busy_host_is_inconclusive():
+    noisy = timeline(noise={"chaos": (1.0, 40.0)})
+    row = judge(GCS_BACK, noisy, _gcs_probe(27.3))
+    assert row["verdict"] == "inconclusive" and "chaos" in row["evidence"]["inconclusive"]
+    assert judge(GCS_BACK, timeline(), _gcs_probe(27.3))["verdict"] == "fail"
+    assert judge(GCS_BACK, noisy, _gcs_probe(12.0))["verdict"] == "pass", \
+        "met despite the noise: a pass"
+
+
+def test_an_invariant_fails_whatever_the_host_did():
+    slo = SloSpec(name="jobs", metric="job_survival_ratio", op=">=", threshold=1.0)
+    probes = [{"name": "job_survival", "verdict": "fail", "evidence": {"ratio": 0.0}}]
+    row = judge(slo, timeline(noise={"chaos": (2.0, 500.0), "recovery": (2.0, 500.0)}), probes)
+    assert row["verdict"] == "fail", row
+
+
+def test_a_throughput_ratio_needs_a_baseline_that_could_have_filled_its_window():
+    slo = SloSpec(name="tp", metric="throughput_ratio", window="chaos", load="serve",
+                  op=">=", threshold=0.5)
+    row = judge(slo, timeline(baseline_s=2))  # 30/s for 5 s of chaos: 150 expected, but
+    assert row["verdict"] == "inconclusive", row  # a baseline of 60 samples
+    assert "samples in baseline" in row["evidence"]["inconclusive"]
+    stalled = [r for r in timeline() if not (r["kind"] == "load" and 11 < r["t"] < 16)]
+    assert judge(slo, stalled)["verdict"] == "fail", "a load that stalled fails"
+
+
+@pytest.mark.parametrize(("slo", "expected"), [
+    ({"metric": "task_failure_ratio", "relative_to": "baseline", "threshold": 2},
+     "slos[0]: relative_to: task_failure_ratio cannot be judged against the baseline"),
+    ({"metric": "p95_latency_ms", "relative_to": "baseline", "window": "baseline",
+      "threshold": 2}, "slos[0]: window: 'baseline' cannot be judged relative to itself"),
+    ({"metric": "p95_latency_ms", "relative_to": "baseline", "threshold": 0},
+     "slos[0]: threshold: a relative bound is a factor of the baseline, <= 0 is not one"),
+    ({"metric": "p95_latency_ms", "relative_to": "yesterday", "threshold": 2},
+     "slos[0].relative_to: expected one of"),
+    ({"metric": "p95_latency_ms", "min_samples": 0, "threshold": 2},
+     "slos[0].min_samples: "),
+])
+def test_a_bad_relative_slo_is_one_sentence_naming_file_key_and_value(tmp_path, slo, expected):
+    import yaml
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "p", "slos": [{"name": "x", **slo}]}))
+    with pytest.raises(ConfigError) as err:
+        load_slo_profile(path)
+    assert f"{path}: {expected}" in str(err.value), str(err.value)
