@@ -18,7 +18,8 @@ RUN pip install \
         "numpy>=1.26" \
         "matplotlib>=3.8" \
         "plotly>=5.22" \
-        "psutil>=5.9"
+        "psutil>=5.9" \
+        "scipy>=1.11"
 
 # The project, with its catalog (loads, experiments, SLO profiles) as package data and as /app,
 # where the CronJob's working directory and results PVC are.

@@ -13,7 +13,10 @@ Each second the emitting process prints one line::
                     "endpoints": {"GET /predict": {"count": 97, "failures": 1, "p95_ms": 4.2}}}
 
 ``count`` is successful requests completed in that second, ``failures`` failed ones, ``rps`` both
-together; latencies are over the successes. Standalone or master processes emit; a worker ships
+together; latencies are over the successes, and ``hist`` is their histogram (``_stats.histogram``:
+workers ship raw latencies, the master bins the merged second). ``offered`` (only from a
+locustfile that calls :func:`count_offered`, e.g. the open-loop ``serve_users.py``) is arrivals
+started in that second, completed or not. Standalone or master processes emit; a worker ships
 its per-second buckets to the master with its regular report (``report_to_master``), and the
 master emits a second once every worker has had time to report it (``MASTER_LAG_S``). Seconds
 with no requests are emitted as zero lines so a stall is visible. The load name comes from
@@ -31,7 +34,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import gevent  # noqa: E402
-from _stats import PREFIX, percentile  # noqa: E402
+from _stats import PREFIX, histogram, percentile  # noqa: E402
 from locust import events  # noqa: E402
 from locust.runners import MasterRunner, WorkerRunner  # noqa: E402
 
@@ -48,6 +51,12 @@ class _Collector:
         self.next_second: int | None = None  # first second not yet emitted
         self.environment = None
         self.users_at: dict[int, int] = {}  # second -> user count seen then (master lags)
+        self.offered: dict[int, int] = {}  # second -> arrivals started then (open-loop users)
+        self.offers = False  # a locustfile counts arrivals: every line carries "offered"
+
+    def offer(self, second: int, n: int = 1) -> None:
+        self.offers = True
+        self.offered[second] = self.offered.get(second, 0) + n
 
     def record(self, second: int, endpoint: str, latency_ms: float | None, failed: bool) -> None:
         ep = self.buckets.setdefault(second, {}).setdefault(endpoint, {"lat": [], "fail": 0})
@@ -65,6 +74,15 @@ class _Collector:
                 ep["lat"].extend(data["lat"])
                 ep["fail"] += data["fail"]
 
+    def merge_offered(self, shipped: dict) -> None:
+        for second, n in shipped.items():
+            self.offer(int(second), int(n))
+
+    def take_offered(self) -> dict:
+        out = {str(k): v for k, v in self.offered.items()}
+        self.offered = {}
+        return out
+
     def take_all(self) -> dict:
         out = {str(k): v for k, v in self.buckets.items()}
         self.buckets = {}
@@ -79,6 +97,8 @@ class _Collector:
             self.next_second += 1
         for late in [s for s in self.buckets if s < self.next_second]:
             self.buckets.pop(late)  # a report that arrived after its second was emitted
+        for late in [s for s in self.offered if s < self.next_second]:
+            self.offered.pop(late)
 
     def _emit(self, second: int, endpoints: dict) -> None:
         all_lat: list[float] = []
@@ -105,10 +125,13 @@ class _Collector:
             "p95_ms": percentile(all_lat, 95),
             "p99_ms": percentile(all_lat, 99),
             "max_ms": all_lat[-1] if all_lat else None,
+            "hist": histogram(all_lat),
             "rps": len(all_lat) + failures,
             "users": users,
             "endpoints": per_endpoint,
         }
+        if self.offers:
+            line["offered"] = self.offered.pop(second, 0)
         sys.stdout.write(PREFIX + json.dumps(line) + "\n")
         sys.stdout.flush()
 
@@ -132,12 +155,19 @@ def _on_request(request_type, name, response_time, response_length, exception=No
     )
 
 
+def count_offered(n: int = 1) -> None:
+    """Count ``n`` arrivals started now (an open-loop locustfile calls it per arrival)."""
+    _collector.offer(math.floor(time.time()), n)
+
+
 def _on_report_to_master(client_id, data, **_kw):
     data["raychaos_buckets"] = _collector.take_all()
+    data["raychaos_offered"] = _collector.take_offered()
 
 
 def _on_worker_report(client_id, data, **_kw):
     _collector.merge(data.get("raychaos_buckets", {}))
+    _collector.merge_offered(data.get("raychaos_offered", {}))
 
 
 def _on_test_start(environment, **_kw):

@@ -6,8 +6,11 @@ Each load prints one line per second to stdout::
                     "p50_ms": 1.9, "p95_ms": 4.1, "p99_ms": 8.0, "max_ms": 12.5}
 
 ``ts`` is the wall-clock end of the one-second interval; ``count`` and ``failures`` are what
-completed in it; latencies are over that second's completions. Extra keys are allowed (a load may
-add e.g. ``bytes`` or ``checksum_errors``). The harness reads these lines from the job's logs, so
+completed in it; latencies are over that second's completions. ``hist`` is that second's
+successful latencies as a log-spaced histogram (``{"<bucket>": count}``, buckets 2 % wide, see
+:func:`bucket_of`): seconds merge exactly into a window's percentiles and per-request samples
+(a rank test against the baseline), which per-second percentiles cannot. Extra keys are
+allowed (a load may add e.g. ``bytes`` or ``checksum_errors``). The harness reads these lines from the job's logs, so
 the format must stay one JSON object per line, behind the ``RAYCHAOS_STATS `` prefix.
 
 This module has no dependencies beyond the standard library, so it can be shipped in a job's
@@ -23,6 +26,57 @@ import threading
 import time
 
 PREFIX = "RAYCHAOS_STATS "
+HIST_MIN_MS = 0.01  # bucket 0 holds everything at or below this
+HIST_GROWTH = 1.02  # each bucket is 2 % wider than the one before: <= 1 % error at its middle
+_LOG_GROWTH = math.log(HIST_GROWTH)
+
+
+def bucket_of(ms: float) -> int:
+    """The histogram bucket of a latency in ms: floor(log(ms / 0.01) / log(1.02)), 0 for
+    values <= 0.01 ms."""
+    if ms <= HIST_MIN_MS:
+        return 0
+    return max(0, math.floor(math.log(ms / HIST_MIN_MS) / _LOG_GROWTH))
+
+
+def bucket_value(index: int) -> float:
+    """The latency (ms) a bucket stands for: its geometric middle."""
+    return HIST_MIN_MS * HIST_GROWTH ** (int(index) + 0.5)
+
+
+def histogram(latencies_ms) -> dict[str, int]:
+    """``{"<bucket>": count}`` of latencies in ms, as a stats line carries it (JSON keys)."""
+    out: dict[int, int] = {}
+    for ms in latencies_ms:
+        b = bucket_of(ms)
+        out[b] = out.get(b, 0) + 1
+    return {str(b): n for b, n in sorted(out.items())}
+
+
+def merge_hists(hists) -> dict[int, int]:
+    """Bucket-wise sum of histograms (keys int or str, as read back from JSON); None skipped."""
+    out: dict[int, int] = {}
+    for hist in hists:
+        for b, n in (hist or {}).items():
+            if n:
+                out[int(b)] = out.get(int(b), 0) + int(n)
+    return dict(sorted(out.items()))
+
+
+def hist_percentile(hist, q: float) -> float | None:
+    """Nearest-rank percentile ``q`` (0..100) over a histogram's counts, as its bucket's value;
+    None when it is empty."""
+    items = sorted((int(b), int(n)) for b, n in (hist or {}).items() if n and int(n) > 0)
+    total = sum(n for _, n in items)
+    if not total:
+        return None
+    rank = max(1, math.ceil(q / 100.0 * total - 1e-9))
+    seen = 0
+    for b, n in items:
+        seen += n
+        if seen >= rank:
+            return bucket_value(b)
+    return bucket_value(items[-1][0])
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:
@@ -101,6 +155,7 @@ class SecondStats:
             "p95_ms": percentile(lat, 95),
             "p99_ms": percentile(lat, 99),
             "max_ms": lat[-1] if lat else None,
+            "hist": histogram(lat),
             **self.extra,
             **self._fields,
         }

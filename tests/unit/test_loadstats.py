@@ -84,9 +84,9 @@ def test_the_shape_of_summary_loads_is_exactly_the_agreed_one():
     assert list(report) == ["storm"]
     assert list(report["storm"]) == ["baseline", "chaos", "recovery", "run"]
     for stats in report["storm"].values():
-        assert tuple(stats) == STATS == ("seconds", "count", "failures", "throughput",
-                                         "error_ratio", "p50_ms", "p95_ms", "p99_ms", "dip",
-                                         "time_back_s")
+        assert tuple(stats) == STATS == ("seconds", "count", "failures", "samples",
+                                         "throughput", "error_ratio", "p50_ms", "p95_ms",
+                                         "p99_ms", "percentiles_from", "dip", "time_back_s")
     assert report["storm"]["chaos"]["error_ratio"] is None, "nothing completed or failed"
     assert report["storm"]["chaos"]["p95_ms"] is None
 

@@ -143,6 +143,14 @@ class LoadSpec:
     host: str | None = None  # "serve": the deployed Serve app; default: the Ray dashboard
     serve_app: str | None = None  # "module:attr" in loads/, deployed before the load starts
     ramp: RampSpec | None = None  # ray_job loads that take --ramp (task_storm)
+    # locust: open loop at this many requests/s for the whole load (RAYCHAOS_RATE), so a stall
+    # shows as latency, not as fewer requests; None: the locustfile's own (closed-loop) pace
+    rate: float | None = field(default=None, metadata={"min": 0.1, "max": 100000})
+
+    def __post_init__(self) -> None:
+        if self.rate is not None and self.kind != "locust":
+            raise ValueError(f"rate: only a locust load takes a rate, got {self.rate:g} for a "
+                             f"{self.kind} load (give a Ray job its pace in args)")
 
 
 @dataclass(frozen=True)

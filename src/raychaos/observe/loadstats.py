@@ -13,13 +13,20 @@ of its second, ``count``/``failures`` what completed in it. Per load, those seco
 - a second belongs to the window that holds its middle (windows: :mod:`.windows`).
 
 Per window (``baseline``, ``chaos``, ``recovery``, ``run``): ``seconds``, ``count``,
-``failures``, ``throughput`` (count / seconds), ``error_ratio`` (failures / (count + failures),
-null when nothing completed or failed), ``p50_ms``/``p95_ms``/``p99_ms`` (count-weighted
-percentiles of the per-second percentiles — exact when latency is steady within each second),
+``failures``, ``samples`` (per-request latency samples: the successes), ``throughput`` (count /
+seconds), ``error_ratio`` (failures / (count + failures), null when nothing completed or
+failed), ``p50_ms``/``p95_ms``/``p99_ms`` — nearest rank over the merged ``hist`` of the
+window's seconds (2 % buckets, ``_stats.hist_percentile``) when every second that completed
+something carries one, else (old lines) count-weighted percentiles of the per-second
+percentiles, exact only when latency is steady within each second; ``percentiles_from`` says
+which (``"hist"`` | ``"seconds"``) —,
 ``dip`` (1 − throughput / baseline throughput; null for the baseline itself and when there is no
 baseline throughput) and ``time_back_s`` (seconds after chaos ended until a 3-second mean of
 throughput is back at ≥ 90 % of baseline; null when it never was, and outside ``recovery`` and
 ``run``).
+
+:func:`window_latencies` gives a window's per-request samples as (bucket values, counts) for a
+rank test against the baseline (expand with ``np.repeat``).
 """
 
 from __future__ import annotations
@@ -27,14 +34,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from raychaos.catalog import stats_format
 from raychaos.results.store import Ev
 
 __all__ = ["BACK_FRACTION", "BACK_SPAN_S", "STATS", "aggregate", "load_end", "load_names",
-           "load_report", "series", "time_back", "window_rows", "window_stats"]
+           "load_report", "series", "time_back", "window_latencies", "window_rows",
+           "window_stats"]
 
-STATS = ("seconds", "count", "failures", "throughput", "error_ratio", "p50_ms", "p95_ms",
-         "p99_ms", "dip", "time_back_s")
+STATS = ("seconds", "count", "failures", "samples", "throughput", "error_ratio", "p50_ms",
+         "p95_ms", "p99_ms", "percentiles_from", "dip", "time_back_s")
 BACK_FRACTION = 0.9
 BACK_SPAN_S = 3
 Window = tuple[float, float]
@@ -94,17 +104,54 @@ def _pct(rows: list[dict[str, Any]], key: str, q: float) -> float | None:
     return value
 
 
+def _has_hist(rows: list[dict[str, Any]]) -> bool:
+    """Every second that completed something carries a histogram (zero lines need none)."""
+    return all(isinstance(r.get("hist"), dict) for r in rows if int(r.get("count", 0)) > 0)
+
+
+def _percentiles(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """p50/p95/p99 of the seconds ``rows``: from their merged histogram when they all have one
+    (the window's own percentiles), else weighted over the per-second ones (old lines)."""
+    fmt = stats_format()
+    if _has_hist(rows):
+        merged = fmt.merge_hists(r.get("hist") for r in rows)
+        return {"p50_ms": fmt.hist_percentile(merged, 50),
+                "p95_ms": fmt.hist_percentile(merged, 95),
+                "p99_ms": fmt.hist_percentile(merged, 99), "percentiles_from": "hist"}
+    return {"p50_ms": _pct(rows, "p50_ms", 50), "p95_ms": _pct(rows, "p95_ms", 95),
+            "p99_ms": _pct(rows, "p99_ms", 99), "percentiles_from": "seconds"}
+
+
 def window_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """``seconds``, ``count``, ``failures``, ``throughput``, ``error_ratio`` and percentiles
-    of the seconds ``rows`` (``dip``/``time_back_s`` are filled in by :func:`load_report`)."""
+    """``seconds``, ``count``, ``failures``, ``samples``, ``throughput``, ``error_ratio`` and
+    percentiles of the seconds ``rows`` (``dip``/``time_back_s``: :func:`load_report`)."""
     count = sum(int(r.get("count", 0)) for r in rows)
     failures = sum(int(r.get("failures", 0)) for r in rows)
     seconds = len(rows)
-    return {"seconds": seconds, "count": count, "failures": failures,
+    pct = _percentiles(rows)
+    return {"seconds": seconds, "count": count, "failures": failures, "samples": count,
             "throughput": round(count / seconds, 4) if seconds else None,
             "error_ratio": round(failures / (count + failures), 6) if count + failures else None,
-            "p50_ms": _pct(rows, "p50_ms", 50), "p95_ms": _pct(rows, "p95_ms", 95),
-            "p99_ms": _pct(rows, "p99_ms", 99), "dip": None, "time_back_s": None}
+            "p50_ms": pct["p50_ms"], "p95_ms": pct["p95_ms"], "p99_ms": pct["p99_ms"],
+            "percentiles_from": pct["percentiles_from"], "dip": None, "time_back_s": None}
+
+
+def window_latencies(records: list[dict[str, Any]], wins: dict[str, Window], window: str,
+                     load: str | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The per-request latency samples of one load (all loads when ``load`` is None) in
+    ``window``, as (bucket values in ms, counts), ascending — what a rank test against the
+    baseline needs (``np.repeat(values, counts)``). None when some second that completed
+    something has no ``hist`` (old lines: no per-request samples) or the window is unknown."""
+    if window not in wins:
+        return None
+    _, rows = aggregate(records, wins, window, load)
+    if not _has_hist(rows):
+        return None
+    fmt = stats_format()
+    merged = fmt.merge_hists(r.get("hist") for r in rows)
+    values = np.array([fmt.bucket_value(b) for b in merged], dtype=float)
+    counts = np.array(list(merged.values()), dtype=np.int64)
+    return values, counts
 
 
 def time_back(rows: list[dict[str, Any]], chaos_end: float, baseline: float | None,

@@ -27,7 +27,7 @@ from raychaos.run.phases import Phases
 from raychaos.run.progress import Say
 from raychaos.run.serve import ensure_serve, retire_serve
 
-__all__ = ["LoadSet"]
+__all__ = ["LoadSet", "locust_env"]
 
 REPORT_TIMEOUT_S = 120.0
 STOP_GRACE_S = 3.0
@@ -79,6 +79,12 @@ def stop_and_confirm(target: Any, jobs: dict[str, str], within_s: float | None =
             resend = time.monotonic() + resend_s
             send(active)
         time.sleep(min(0.5, resend_s))
+
+
+def locust_env(rate: float | None) -> dict[str, str]:
+    """The environment a Locust load's rate reaches its locustfile through (``RAYCHAOS_RATE``:
+    requests per second for the whole load; absent: closed loop)."""
+    return {} if rate is None else {"RAYCHAOS_RATE": f"{rate:g}"}
 
 
 class LoadSet:
@@ -136,11 +142,13 @@ class LoadSet:
             proc = LocustProcess(locustfile=str(script), host=host, users=load.users,
                                  spawn_rate=load.spawn_rate, duration_s=3600,
                                  workers=load.workers, name=load.name,
-                                 stats_path=run.run_dir / f"locust-{load.name}.log")
+                                 stats_path=run.run_dir / f"locust-{load.name}.log",
+                                 env=locust_env(load.rate))
             proc.start()
             self.locusts.append(proc)
             self.monitor.extra_sources.append(proc.poll_stats)
-            self.say(f"load {load.name}: Locust, {load.users} users against {host}")
+            pace = f", open loop at {load.rate:g}/s" if load.rate is not None else ""
+            self.say(f"load {load.name}: Locust, {load.users} users{pace} against {host}")
 
     def _retire_serve(self) -> bool:
         """Remove a Serve application a previous run left, when this run needs none; a failure
