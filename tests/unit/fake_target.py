@@ -59,6 +59,7 @@ class FakeTarget:
                  workload: dict[str, Any] | None = None, blackout_kills: bool = False,
                  leak_gpu: bool = False, lose_job_history: bool = False) -> None:
         self.run_id = ""
+        self.sut_seconds: float | None = None  # what sut_cpu_seconds answers
         self.reports_known = reports_known  # False: like Kubernetes, which raylets reported?
         self.outage_s = outage_s
         self.head_comes_back = head_comes_back
@@ -202,6 +203,11 @@ class FakeTarget:
 
     def network_counters(self) -> dict[str, dict[str, int]]:
         return {}
+
+    def sut_cpu_seconds(self) -> float | None:
+        """A simulated cluster uses no CPU of its own: a counter a test may set, else None."""
+        return self.sut_seconds
+
 
     def job_history(self, timeout: float = 5.0) -> list[dict[str, Any]]:
         lost = self.lose_job_history and self.head_pid > 1000

@@ -89,3 +89,41 @@ def test_a_real_process_lands_in_its_group_and_the_group_goes():
     finally:
         assert groups.remove(name) == []
     assert groups.existing(name) == []
+
+
+def test_pods_join_a_separate_cpuacct_group_and_it_goes_with_them(tmp_path):
+    groups = CpuGroups(tmp_path / "cpu", 1, tmp_path / "cpuacct")
+    groups.ensure("raychaos-c--head", 1024)
+    out = subprocess.run(groups.join_command("raychaos-c--head", ["sh", "-c", "echo $$"]),
+                         capture_output=True, text=True, check=True).stdout.strip()
+    for root in ("cpu", "cpuacct"):
+        assert (tmp_path / root / "raychaos-c--head/cgroup.procs").read_text().strip() == out
+    for f in tmp_path.rglob("cgroup.procs"):
+        f.unlink()
+    (tmp_path / "cpu/raychaos-c--head/cpu.shares").unlink()
+    assert groups.remove("raychaos-c--head") == []
+    assert not (tmp_path / "cpuacct/raychaos-c--head").exists()
+
+
+def test_the_sut_counter_never_goes_backwards(tmp_path):
+    from raychaos.targets.local.cpu import CpuUsage
+
+    groups = CpuGroups(tmp_path / "cpu", 1, tmp_path / "cpuacct")
+
+    def usage(name: str, ns: int) -> None:
+        (tmp_path / "cpuacct" / name).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "cpuacct" / name / "cpuacct.usage").write_text(str(ns))
+
+    counter = CpuUsage(groups, cluster_prefix("c"))
+    assert counter.read() is None, "no group: the SUT does not run here"
+    usage("raychaos-c--head", 2_000_000_000)
+    usage("raychaos-c--worker-1", 1_000_000_000)
+    usage("raychaos-other--head", 9_000_000_000)
+    assert counter.read() == 3.0
+    usage("raychaos-c--head", 500_000_000)  # the group made again: its counter restarted
+    assert counter.read() == 3.5
+    (tmp_path / "cpuacct/raychaos-c--worker-1/cpuacct.usage").unlink()
+    (tmp_path / "cpuacct/raychaos-c--worker-1").rmdir()
+    assert counter.read() == 3.5, "a group that goes keeps what it added"
+    (tmp_path / "cpu/raychaos-c--worker-2").mkdir(parents=True)  # no cpuacct group: unknown
+    assert counter.read() is None

@@ -95,6 +95,9 @@ class FlakyTarget:
         except Exception:
             return Observation(True)  # up, node table unknown
 
+    def sut_cpu_seconds(self) -> float | None:
+        return None  # the cluster behind the flaky dashboard runs nowhere
+
     def job_status(self, job_id: str) -> str:
         try:
             return with_backoff(lambda: self._get(f"/api/jobs/{job_id}", 0.2)["status"],

@@ -20,7 +20,9 @@ writes their ``RAYCHAOS_STATS`` lines as ``load`` records placed at their own ti
 
 Each answered sample's ``latency_ms`` is the GCS's round trip (``gcs_latency_p95_ms``); node IDs
 going DEAD are watched as they happen, and the poller writes link rates and failed health checks
-(:mod:`raychaos.observe.signals`).
+(:mod:`raychaos.observe.signals`). Beside them the host-noise sensor
+(:mod:`raychaos.observe.hostnoise`) writes one ``host`` record per second, started and
+stopped with the monitor.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from raychaos.catalog import stats_format
+from raychaos.observe.hostnoise import HostNoise
 from raychaos.observe.prometheus import resource_snapshot
 from raychaos.observe.signals import DeathWatch, SignalSampler
 from raychaos.results.store import Clock, Ev, Timeline
@@ -132,14 +135,19 @@ class Monitor:
         self.job_every_s = 1.0  # the Jobs API is slower and load stats come per second
         self.deaths = DeathWatch(target, timeline)
         self.signals = SignalSampler(target, timeline)
+        # how busy the host is, beside the cluster: a slow host is not a slow cluster
+        self.host = HostNoise(timeline, target.sut_cpu_seconds)
 
     @property
     def cpu_seconds(self) -> float:
-        """CPU the monitor's own threads spent (the target's client threads not included)."""
-        return self._cpu + (self._asker.cpu_seconds if self._asker else 0.0)
+        """CPU the monitor's own threads spent, the host-noise sensor's included (the target's
+        client threads not)."""
+        return (self._cpu + (self._asker.cpu_seconds if self._asker else 0.0)
+                + self.host.cpu_seconds)
 
     def start(self) -> None:
         self._asker = _Asker(self.target)
+        self.host.start()
         for fn, name in ((self._sample_loop, "raychaos-gcs-sampler"),
                          (self._job_loop, "raychaos-job-poller")):
             thread = threading.Thread(target=fn, name=name, daemon=True)
@@ -148,6 +156,7 @@ class Monitor:
 
     def stop(self) -> None:
         self._stop.set()
+        self.host.stop()
         for thread in self._threads:
             thread.join(timeout=10)
         if self._asker is not None:

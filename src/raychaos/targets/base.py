@@ -191,6 +191,12 @@ class Target(Protocol):
         so far (injected RPC failures, failed health checks); unreadable nodes left out."""
         ...
 
+    def sut_cpu_seconds(self) -> float | None:
+        """Cumulative CPU seconds of the system under test's processes on this host (never
+        going backwards); None when they do not run here or cannot be counted. The host-noise
+        sensor subtracts it so the cluster's own work is not taken for noise."""
+        ...
+
     def network_counters(self) -> dict[str, dict[str, int]]:
         """``{node: {"in_bytes", "out_bytes"}}`` of each node's link so far (``{}``: not seen)."""
         ...

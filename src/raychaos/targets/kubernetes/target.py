@@ -296,6 +296,10 @@ class KubernetesTarget:
     def review_objects(self) -> list[dict[str, Any]]:  # the RayCluster, PDBs, pods
         return k8s_review.live_objects(self._api(), self.ns, self.raycluster)
 
+    def sut_cpu_seconds(self) -> float | None:
+        """None: the cluster runs on its own nodes, not on the harness's host."""
+        return None
+
     def node_storage(self) -> list[dict[str, Any]]:  # not observed in pods: review reads specs
         return [{"node": p["metadata"]["name"], "observed": False} for p in self._handle().pods()]
 

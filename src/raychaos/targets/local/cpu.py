@@ -18,6 +18,11 @@ too, and the supervisor's image pull for the new head — outside every pod, lik
 waited 25 s to start and crawled at a quarter of its throttle. The head weighs most (see
 :data:`raychaos.targets.local.plan.HEAD_CPU_REQUEST`): a head has a node of its own.
 
+The same group is what the SUT's CPU is counted by (:class:`CpuUsage`, for the host-noise
+sensor): on cgroup v1 the ``cpuacct`` controller may be a hierarchy of its own
+(``/sys/fs/cgroup/cpuacct``, as on this machine), so the pod's first process joins the
+same-named group there too, in the same command, and ``remove`` removes both.
+
 cgroup v1 (``/sys/fs/cgroup/cpu``, ``cpu.shares``) is what this machine has and what the tests
 run on; on a cgroup v2 host the same groups are made under ``/sys/fs/cgroup`` with
 ``cpu.weight`` converted from the shares as the kubelet converts them. Where neither can be
@@ -31,9 +36,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CpuGroups", "cluster_prefix", "cpu_groups", "pod_group", "shares_for"]
+__all__ = ["CpuGroups", "CpuUsage", "cluster_prefix", "cpu_groups", "pod_group", "shares_for"]
 
 V1_ROOT = Path("/sys/fs/cgroup/cpu")
+V1_ACCT_ROOT = Path("/sys/fs/cgroup/cpuacct")
 V2_ROOT = Path("/sys/fs/cgroup")
 PREFIX = "raychaos-"
 
@@ -63,6 +69,10 @@ class CpuGroups:
 
     root: Path
     version: int  # 1 or 2
+    acct_root: Path | None = None  # v1: a separate cpuacct hierarchy the pods join as well
+
+    def _roots(self) -> list[Path]:
+        return [self.root] + ([self.acct_root] if self.acct_root is not None else [])
 
     def path(self, *names: str) -> Path:
         return self.root.joinpath(*names)
@@ -71,6 +81,8 @@ class CpuGroups:
         """Make (or re-weigh) group ``name`` (a relative path, nested with ``/``)."""
         path = self.root / name
         path.mkdir(parents=True, exist_ok=True)
+        if self.acct_root is not None:
+            (self.acct_root / name).mkdir(parents=True, exist_ok=True)
         if self.version == 1:
             (path / "cpu.shares").write_text(str(shares))
         else:
@@ -81,12 +93,22 @@ class CpuGroups:
         """``cmd`` preceded by a shell that moves itself into group ``name`` and then execs
         it: the pod's first process is in the group before it can start anything."""
         procs = self.root / name / "cgroup.procs"
-        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), *cmd]
+        if self.acct_root is None:
+            return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), *cmd]
+        acct = self.acct_root / name / "cgroup.procs"
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && echo $$ > "$1" && shift && exec "$@"',
+                str(procs), str(acct), *cmd]
 
     def remove(self, name: str) -> list[str]:
         """Remove group ``name`` and the groups under it, deepest first; what could not be
-        removed (a process still in it) is returned."""
-        top = self.root / name
+        removed (a process still in it) is returned (in both hierarchies on v1)."""
+        left = []
+        for root in self._roots():
+            left += self._remove(root / name)
+        return left
+
+    @staticmethod
+    def _remove(top: Path) -> list[str]:
         if not top.exists():
             return []
         left = []
@@ -99,20 +121,74 @@ class CpuGroups:
         return left
 
     def existing(self, prefix: str) -> list[str]:
-        """The top-level groups whose name starts with ``prefix``."""
+        """The top-level groups whose name starts with ``prefix`` (in either hierarchy)."""
+        names: set[str] = set()
+        for root in self._roots():
+            try:
+                names |= {p.name for p in root.iterdir()
+                          if p.is_dir() and p.name.startswith(prefix)}
+            except OSError:
+                pass
+        return sorted(names)
+
+    def usage_seconds(self, name: str) -> float | None:
+        """CPU seconds group ``name`` used so far (v1 ``cpuacct.usage``, v2 ``cpu.stat``
+        ``usage_usec``); None when it cannot be read (no cpuacct group: a pod started before
+        pods joined one)."""
         try:
-            return sorted(p.name for p in self.root.iterdir()
-                          if p.is_dir() and p.name.startswith(prefix))
-        except OSError:
-            return []
+            if self.version == 2:
+                for line in (self.root / name / "cpu.stat").read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "usage_usec":
+                        return int(value) / 1e6
+                return None
+            acct = self.acct_root or self.root
+            return int((acct / name / "cpuacct.usage").read_text()) / 1e9
+        except (OSError, ValueError):
+            return None
 
 
-def cpu_groups(v1_root: Path = V1_ROOT, v2_root: Path = V2_ROOT) -> CpuGroups | None:
+class CpuUsage:
+    """Cumulative CPU seconds of one cluster's pod groups that never goes backwards: each
+    group's counter is followed on its own, a counter that restarts (the group removed and
+    made again) adds from zero, and a group that goes keeps what it added."""
+
+    def __init__(self, groups: CpuGroups, prefix: str) -> None:
+        self.groups = groups
+        self.prefix = prefix
+        self.last: dict[str, float] = {}
+        self.total = 0.0
+
+    def read(self) -> float | None:
+        """The total so far; None when the cluster has no group here or one cannot be read."""
+        names = self.groups.existing(self.prefix)
+        now = {name: self.groups.usage_seconds(name) for name in names}
+        if not now or any(v is None for v in now.values()):
+            return None
+        for name, value in now.items():
+            assert value is not None
+            before = self.last.get(name, 0.0)
+            self.total += value - before if value >= before else value
+        self.last = {k: v for k, v in now.items() if v is not None}
+        return self.total
+
+
+def _acct_root(v1_root: Path, acct_root: Path) -> Path | None:
+    """Where v1 pods are counted: None when ``cpuacct`` is mounted with ``cpu``."""
+    if (v1_root / "cpuacct.usage").exists():
+        return None
+    if (acct_root / "cpuacct.usage").exists() and os.access(acct_root, os.W_OK):
+        return acct_root
+    return None
+
+
+def cpu_groups(v1_root: Path = V1_ROOT, v2_root: Path = V2_ROOT,
+               acct_root: Path = V1_ACCT_ROOT) -> CpuGroups | None:
     """The machine's CPU controller when this process may make groups in it, else None."""
     if os.geteuid() != 0 or os.environ.get("RAYCHAOS_CPU_GROUPS", "").lower() == "off":
         return None
     if (v1_root / "cpu.shares").exists() and os.access(v1_root, os.W_OK):
-        return CpuGroups(v1_root, 1)
+        return CpuGroups(v1_root, 1, _acct_root(v1_root, acct_root))
     controllers = v2_root / "cgroup.controllers"
     if controllers.exists() and "cpu" in controllers.read_text().split():
         control = v2_root / "cgroup.subtree_control"

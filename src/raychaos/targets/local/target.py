@@ -27,7 +27,7 @@ from raychaos.config.settings import LocalClusterSpec
 from raychaos.errors import ConfigError, NothingMatched, RollbackFailed, TargetUnavailable
 from raychaos.results.redact import redact_text
 from raychaos.targets.base import NodeInfo, Observation, Refusal, RunLock
-from raychaos.targets.local import drain, head, lifecycle, nodeenv, shmfault, warm
+from raychaos.targets.local import cpu, drain, head, lifecycle, nodeenv, shmfault, warm
 from raychaos.targets.local.cluster import LocalCluster, default_state_root
 from raychaos.targets.local.errors import ray_errors
 from raychaos.targets.local.jobs import LocalJobs
@@ -62,6 +62,7 @@ class LocalTarget:
         self.logs = LogCounter(self.cluster)
         self.readiness: dict[str, Any] = {}  # how ensure_up found the cluster (describe())
         self._lock: FileLock | None = None
+        self._cpu_usage: cpu.CpuUsage | None = None  # made on the first sut_cpu_seconds
 
     # --- lifecycle ---------------------------------------------------------------------------
     @property
@@ -261,6 +262,16 @@ class LocalTarget:
 
     def network_counters(self) -> dict[str, dict[str, int]]:
         return netcut.network_counters(self.cluster)
+
+    def sut_cpu_seconds(self) -> float | None:
+        """The CPU of this cluster's pod groups (``raychaos-<cluster>--<node>``); None with
+        CPU groups off (``RAYCHAOS_CPU_GROUPS=off``, not root) or no group to read."""
+        if self._cpu_usage is None:
+            groups = cpu.cpu_groups()
+            if groups is None:
+                return None
+            self._cpu_usage = cpu.CpuUsage(groups, cpu.cluster_prefix(self.spec.name))
+        return self._cpu_usage.read()
 
     def job_history(self, timeout: float = 5.0) -> list[dict[str, Any]]:
         with ray_errors(f"GCS of local cluster '{self.spec.name}'"):
