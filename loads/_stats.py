@@ -10,8 +10,9 @@ completed in it; latencies are over that second's completions. ``hist`` is that 
 successful latencies as a log-spaced histogram (``{"<bucket>": count}``, buckets 2 % wide, see
 :func:`bucket_of`): seconds merge exactly into a window's percentiles and per-request samples
 (a rank test against the baseline), which per-second percentiles cannot. Extra keys are
-allowed (a load may add e.g. ``bytes`` or ``checksum_errors``). The harness reads these lines from the job's logs, so
-the format must stay one JSON object per line, behind the ``RAYCHAOS_STATS `` prefix.
+allowed (a load may add e.g. ``bytes`` or ``checksum_errors``). The harness reads these lines
+from the job's logs, so the format must stay one JSON object per line, behind the
+``RAYCHAOS_STATS `` prefix.
 
 This module has no dependencies beyond the standard library, so it can be shipped in a job's
 working_dir and imported by a load script next to Ray (or next to Locust).

@@ -168,11 +168,12 @@ _STARTED: list[float] = []
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_logreport(report):
-    """Say at once, on a line of its own, when a test fails or takes long: a CI run cut off by its time limit never prints the digest or the
-    durations, and its progress dots alone say neither what failed nor where the time went.
-    Remember why each test failed, in one line, for the digest printed last (CI shows the end of
-    the output: the reason of every failure must be there, not only the last one's). Runs where
-    the reports arrive: the controller of an xdist run, or the one process of a serial one."""
+    """Say at once, on a line of its own, when a test fails or takes long: a CI run cut off by its
+    time limit never prints the digest or the durations, and its progress dots alone say
+    neither what failed nor where the time went. Remember why each test failed, in one line,
+    for the digest printed last (CI shows the end of the output: the reason of every failure
+    must be there, not only the last one's). Runs where the reports arrive: the controller
+    of an xdist run, or the one process of a serial one."""
     if not _FIRST or _worker(_FIRST[0]):
         return
     import time

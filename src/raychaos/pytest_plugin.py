@@ -9,7 +9,8 @@ report names the SLO that failed, with measured value and threshold, instead of 
 session-level cache); the items then read its summary's checks
 (:mod:`raychaos.results.checks`), the same ones ``raychaos run`` prints and its JUnit shows:
 
-- a check that passed passes, one that failed FAILS, one that is n/a is skipped;
+- a check that passed passes, one that failed FAILS, one that is n/a is skipped, and so is one
+  that is inconclusive (the data could not support a verdict), with its reason;
 - a check that errored (the harness could not run or see it) is an ERROR (raised in the item's
   setup, so pytest and its JUnit say "error", not "failure");
 - the pytest exit code follows ``raychaos run``'s: 2 when any experiment's check errored, else
@@ -257,6 +258,8 @@ class ExperimentItem(pytest.Item):
         self.user_properties.append(("verdict", verdict))
         if verdict == "n/a":
             pytest.skip(f"not measured: {check['message']}")
+        if verdict == "inconclusive":  # the data could not support a verdict: never a pass
+            pytest.skip(f"inconclusive: {check['message']}")
         if verdict != "pass":
             raise CheckFailed(check["message"])
 

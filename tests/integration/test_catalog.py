@@ -22,12 +22,11 @@ import pytest
 from ._experiments import (
     REPO,
     WARM,
+    assert_healthy,
     method_args,
     module_cluster,
     raychaos_block,
     run_on_warm,
-    assert_healthy,
-    why_failed,
 )
 
 NAME = WARM

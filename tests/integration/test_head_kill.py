@@ -28,10 +28,10 @@ from tests._cli import run_gracefully
 from ._experiments import (
     REPO,
     WARM,
+    assert_healthy,
     method_args,
     module_cluster,
     raychaos_block,
-    assert_healthy,
     variant,
 )
 

@@ -20,9 +20,9 @@ from raychaos import cli
 from ._experiments import (
     REPO,
     WARM,
+    assert_healthy,
     module_cluster,
     raychaos_block,
-    assert_healthy,
     variant,
 )
 

@@ -13,10 +13,10 @@ import pytest
 
 from ._experiments import (
     REPO,
+    assert_healthy,
     module_cluster,
     raychaos_block,
     run_on_warm,
-    assert_healthy,
     why_failed,
 )
 

@@ -180,7 +180,7 @@ def test_a_throughput_ratio_needs_a_baseline_that_could_have_filled_its_window()
     ({"metric": "p95_latency_ms", "relative_to": "baseline", "window": "baseline",
       "threshold": 2}, "slos[0]: window: 'baseline' cannot be judged relative to itself"),
     ({"metric": "p95_latency_ms", "relative_to": "baseline", "threshold": 0},
-     "slos[0]: threshold: a relative bound is a factor of the baseline, <= 0 is not one"),
+     "slos[0]: threshold: a relative bound is a factor of the baseline, <= 0.0 is not one"),
     ({"metric": "p95_latency_ms", "relative_to": "yesterday", "threshold": 2},
      "slos[0].relative_to: expected one of"),
     ({"metric": "p95_latency_ms", "min_samples": 0, "threshold": 2},

@@ -86,10 +86,10 @@ def compare_percentiles(window: tuple[np.ndarray, np.ndarray],
     if not w.size or not b.size:
         raise ValueError("both windows need at least one sample")
 
-    def pct(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    def pct(x: np.ndarray, axis: int = -1) -> Any:
         return np.percentile(x, q, axis=axis, method="higher")
 
-    def ratio(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    def ratio(x: np.ndarray, y: np.ndarray, axis: int = -1) -> Any:
         return pct(x, axis) / np.maximum(pct(y, axis), 1e-9)
 
     point = float(ratio(w, b))

@@ -60,6 +60,7 @@ from raychaos.observe.relative import compare_percentiles, judge
 from raychaos.observe.resources import RESOURCE_METRICS, resource_metric
 from raychaos.observe.signals import MONITOR_METRICS, monitor_metric
 from raychaos.observe.windows import windows
+from raychaos.results.checks import rank
 
 __all__ = ["OPS", "evaluate", "metric_value", "said", "weighted_percentile", "windows"]
 
@@ -354,4 +355,4 @@ def evaluate(profile: SloProfile | None, records: list[dict[str, Any]],
 
 
 def _rank(verdict: str) -> int:
-    return {"n/a": 0, "pass": 1, "fail": 2, "unknown": 3, "error": 3}.get(verdict, 3)
+    return rank(verdict)  # the one order (unknown ranks as error)

@@ -15,6 +15,8 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from raychaos.results.checks import combine_trials
+
 __all__ = ["build_gameday_report"]
 
 
@@ -49,8 +51,7 @@ def build_gameday_report(gameday_dir: str | Path, run_dirs: list[str | Path], *,
         rows.append(f"<tr><td>{cell}</td><td>{esc(s.get('status'))}</td>"
                     f"<td>{badge(s.get('verdict'))}</td><td>{fmt_num(s.get('duration_s'))}</td>"
                     f"<td>{esc(', '.join(failing)) or '—'}</td></tr>")
-    overall = "error" if "error" in verdicts or any(v not in ("pass", "fail") for v in verdicts) \
-        else "fail" if "fail" in verdicts else "pass"
+    overall, _ = combine_trials(verdicts)
     if not verdicts:
         overall = "n/a"
     heading = title or out_dir.name
@@ -60,7 +61,8 @@ def build_gameday_report(gameday_dir: str | Path, run_dirs: list[str | Path], *,
 <style>{CSS}</style></head><body>
 <h1>Game day: {esc(heading)} {badge(overall)}</h1>
 <p>{len(verdicts)} run(s): {verdicts.count('pass')} passed, {verdicts.count('fail')} failed,
-{len(verdicts) - verdicts.count('pass') - verdicts.count('fail')} errored or unfinished.</p>
+{verdicts.count('inconclusive')} inconclusive, {len(verdicts) - verdicts.count('pass')
+ - verdicts.count('fail') - verdicts.count('inconclusive')} errored or unfinished.</p>
 <table><tr><th>experiment</th><th>status</th><th>verdict</th><th>duration (s)</th>
 <th>failing SLOs / probes</th></tr>{''.join(rows)}</table>
 <h2>The runs side by side</h2>{side_by_side(views, out_dir)}

@@ -50,7 +50,9 @@ def _case(suite: ET.Element, classname: str, name: Any, verdict: Any, message: s
           body: str) -> str:
     case = ET.SubElement(suite, "testcase", classname=clean(classname), name=clean(name),
                          time="0")
-    outcome = {"fail": "failure", "error": "error", "n/a": "skipped"}.get(str(verdict))
+    # inconclusive: the data could not support a verdict — skipped, with the reason
+    outcome = {"fail": "failure", "error": "error", "n/a": "skipped",
+               "inconclusive": "skipped"}.get(str(verdict))
     if outcome is None and verdict != "pass":
         outcome = "error"
         message = f"unknown verdict {verdict!r}: {message}"

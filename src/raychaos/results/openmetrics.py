@@ -30,7 +30,7 @@ from raychaos.results.story import load_windows
 __all__ = ["OPENMETRICS_FILE", "figures_text", "openmetrics_text", "write_openmetrics"]
 
 OPENMETRICS_FILE = "openmetrics.txt"
-VERDICT_CODE = {"pass": 0, "fail": 1, "error": 2}
+VERDICT_CODE = {"pass": 0, "fail": 1, "error": 2, "inconclusive": 3}
 SAMPLE_GAUGES = {"gcs_up": "1 when the GCS answered the sample, else 0",
                  "nodes_alive": "nodes ALIVE (or DRAINING)", "nodes_total": "nodes known",
                  "gpus_total": "GPUs of alive nodes", "gpus_available": "GPUs not in use",

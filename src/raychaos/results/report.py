@@ -49,12 +49,14 @@ pre{background:#f7f7f7;padding:.5em;overflow-x:auto;font-size:.85em;margin:0;
 white-space:pre-wrap}
 .v{display:inline-block;padding:.1em .6em;border-radius:.3em;font-weight:bold;color:#fff}
 .pass{background:#2e7d32}.fail{background:#c62828}.error{background:#6a1b9a}
+.inconclusive{background:#e0a100}
 .na{background:#757575}.note{background:#fff3cd;border:1px solid #e0c36b;padding:.6em;
 margin:.6em 0}img{max-width:100%;border:1px solid #ddd}dl{display:grid;
 grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:bold}dd{margin:0}
 .story{font-size:1.08em;background:#f6f8fa;border-left:4px solid #888;padding:.7em 1em}
 .story.pass{border-color:#2e7d32;background:#f1f8f1}.story.fail{border-color:#c62828;
 background:#fdf1f1}.story.error{border-color:#6a1b9a;background:#f7f1fa}
+.story.inconclusive{border-color:#e0a100;background:#fff8e1}
 details>summary{cursor:pointer;color:#555}.rc-hidden{display:none}
 .rc-plot{width:100%;height:900px}.bad{color:#c62828;font-weight:bold}
 table.kv td:first-child{width:14em;color:#555}
@@ -67,7 +69,8 @@ def esc(value: Any) -> str:
 
 
 def badge(verdict: Any) -> str:
-    css = {"pass": "pass", "fail": "fail", "error": "error"}.get(str(verdict), "na")
+    css = {"pass": "pass", "fail": "fail", "error": "error",
+           "inconclusive": "inconclusive"}.get(str(verdict), "na")
     return f'<span class="v {css}">{esc(verdict)}</span>'
 
 

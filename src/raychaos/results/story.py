@@ -252,6 +252,11 @@ def story(summary: dict[str, Any], records: list[dict[str, Any]], recovery: dict
         [p for p in probes if p.get("verdict") in ("fail", "error", "unknown")]
     if verdict == "pass":
         out = [f"Passed: all {len(slos)} SLOs and {len(probes)} probes held."]
+    elif verdict == "inconclusive":
+        unsure = [x for x in slos + probes if x.get("verdict") == "inconclusive"]
+        out = ["Inconclusive: the data could not support a verdict on "
+               + "; ".join(f"{x.get('name')} ({(x.get('evidence') or {}).get('inconclusive')})"
+                           for x in unsure) + "; nothing failed."]
     elif verdict == "fail":
         out = [f"Failed: {', '.join(str(x.get('name')) for x in bad) or 'the hypothesis'}."]
     else:

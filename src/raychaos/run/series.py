@@ -4,7 +4,8 @@ One chaos run is an anecdote. A game day rehearses several failures back to back
 cooldowns between them and gives one index page; trials repeat one experiment so its SLO values
 become a distribution (p50/p95/max, pass rate) instead of a single lucky or unlucky number.
 Both put their runs' folders inside one folder of their own, so a pipeline archives one thing,
-and both exit with the worst exit code of their runs (2 > 1 > 0).
+and both exit with their runs' verdicts combined: any fail 1, else any error 2, all pass
+0, else inconclusive 3.
 
 The function that runs one experiment is a parameter (``run``, default
 :func:`raychaos.runner.run_experiment`) and so is ``sleep``, so the orchestration is tested
@@ -30,8 +31,12 @@ RunOne = Callable[..., RunOutcome]
 
 
 def worst_exit(codes: list[int]) -> int:
-    """The exit code of a series: error (2) beats failure (1) beats pass (0)."""
-    return max(codes, default=0)
+    """The exit code of several runs: their verdicts combined
+    (:func:`raychaos.results.checks.combine_trials`: any fail, else any error, all pass, else
+    inconclusive)."""
+    from raychaos.results.checks import EXIT, combine_trials, verdict_of_exit
+
+    return EXIT[combine_trials(verdict_of_exit(c) for c in codes)[0]]
 
 
 def _default_run() -> RunOne:

@@ -339,6 +339,11 @@ class Session:
             print(f"failed: {redact_text(str(fail))}")
         for err in summary.get("errors", []):
             print(f"error: {redact_text(str(err))}", file=sys.stderr)
+        for unsure in summary.get("inconclusive") or []:
+            print(f"inconclusive: {redact_text(str(unsure))}")
+        if summary["verdict"] == "inconclusive":
+            print("inconclusive: the data could not support a verdict (too few samples, or "
+                  "host noise the reasons name); nothing failed; exit 3")
         if summary.get("phases"):
             print(format_phases(summary["phases"], self.phases.total()))
         print(f"\nverdict: {summary['verdict'].upper()}  (exit {summary['exit_code']})  "

@@ -16,6 +16,10 @@ one per SLO, one per probe the method runs, and ``run``; the verdict is the wors
   bound** (a fault ``not_recovered``). What could not be observed *because* the system did not
   recover, or because the method never ran, is part of that failure (a fail, with its reason),
   not an error that would hide it.
+- ``inconclusive`` (exit 3): no check failed or errored, but at least one could not be judged
+  on its data (:data:`raychaos.results.checks.INCONCLUSIVE_MEANING`): too few samples in a
+  window, host noise that differed between the windows it compares, an interval that reaches
+  back inside its bound. Never a pass; never a failure blamed on Ray.
 - ``pass`` (exit 0): every check passed.
 
 The CLI, the Chaos Toolkit control (which marks the journal so ``chaos run`` exits non-zero),
@@ -29,18 +33,25 @@ from typing import Any
 
 from raychaos.config.experiment import Experiment, judged_probes
 from raychaos.context import Run
+from raychaos.observe.hostnoise import noise_by_window
 from raychaos.observe.loadstats import load_report
 from raychaos.observe.monitor import Monitor, sample_gaps
 from raychaos.observe.recovery import recovery_figures
 from raychaos.observe.slo import evaluate, said
 from raychaos.observe.windows import fault_spans, windows
-from raychaos.results.checks import check, slo_message, worst
+from raychaos.results.checks import (
+    EXIT,
+    INCONCLUSIVE_MEANING,
+    check,
+    probe_message,
+    slo_message,
+    worst,
+)
 from raychaos.results.store import Ev, read_timeline
 from raychaos.run.journal import JournalFindings, read_journal
 
 __all__ = ["EXIT", "early_summary", "mark_journal", "summarize"]
 
-EXIT = {"pass": 0, "fail": 1, "error": 2}
 
 
 class _Reasons:
@@ -155,7 +166,7 @@ def _checks(run: Run, experiment: Experiment, slos: list[dict[str, Any]],
             verdict = worst(got) if any(v != "n/a" for v in got) else "n/a"
             entry = next(p for p, v in zip(entries, got, strict=True) if v == verdict)
             why = _probe_reason(name, entry["verdict"], entry.get("evidence") or {})
-            message = f"probe {name}: {entry['verdict']}" + (f": {why}" if why else "")
+            message = probe_message(entry, why)
         out.append({"kind": "probe", "name": name, **dict(zip(
             ("verdict", "message"), demote(verdict, message), strict=True))})
     for row in slos:
@@ -204,6 +215,7 @@ def summarize(experiment: Experiment, run: Run, journal: dict[str, Any] | None, 
         "hypothesis": {"deviated": found.deviated, "met_before": found.hypothesis_before_met,
                        "journal_status": found.status},
         "windows": wins_json, "probes": run.probes, "slos": slos,
+        "host_noise": noise_by_window(records, wins),
         "loads": load_report(records, wins), "checks": checks, "faults": faults,
         "recovery": figures, "fault_spans": fault_spans(records),
         "monitor": {"interval_s": run.settings.monitor.interval_s,
@@ -217,6 +229,8 @@ def summarize(experiment: Experiment, run: Run, journal: dict[str, Any] | None, 
         "review": run.extras.get("review"),  # the preflight resilience review
         "failures": [c["message"] for c in checks if c["verdict"] == "fail"],
         "errors": [c["message"] for c in checks if c["verdict"] == "error"],
+        "inconclusive": [c["message"] for c in checks if c["verdict"] == "inconclusive"],
+        "meaning": INCONCLUSIVE_MEANING if verdict == "inconclusive" else None,
         "notes": notes,
     }
 
