@@ -126,17 +126,17 @@ def test_a_busy_host_throughout_still_judges_a_relative_bound():
     assert judge(relative(), timeline(recovery_ms=200, noise=steady))["verdict"] == "fail"
 
 
-def test_a_pass_against_a_noisier_baseline_is_inconclusive():
-    row = judge(relative(), timeline(noise={"baseline": (1.2, 3.0)}))
-    assert row["verdict"] == "inconclusive", row
-    assert row["evidence"]["inconclusive"].startswith("host busy in baseline")
+def test_a_pass_against_a_noisier_baseline_stays_a_pass():
+    # the sensor counts CPU unrelated work got: a restarting head takes it from a steady
+    # stressor, so a "quieter" judged window is mostly the system's own recovery
+    assert judge(relative(), timeline(noise={"baseline": (1.2, 3.0)}))["verdict"] == "pass"
 
 
 def test_the_timer_lag_sensor_alone_makes_a_miss_inconclusive():
-    row = judge(relative(), timeline(recovery_ms=200, noise={"recovery": (0.0, 150.0)}))
+    row = judge(relative(), timeline(recovery_ms=200, noise={"recovery": (0.0, 400.0)}))
     assert row["verdict"] == "inconclusive" and "timer lag" in row["evidence"]["inconclusive"]
-    bounds = HostNoiseSpec(timer_lag_ms=500.0)  # a profile that tolerates that much lag
-    assert judge(relative(), timeline(recovery_ms=200, noise={"recovery": (0.0, 150.0)}),
+    bounds = HostNoiseSpec(timer_lag_ms=1000.0)  # a profile that tolerates that much lag
+    assert judge(relative(), timeline(recovery_ms=200, noise={"recovery": (0.0, 400.0)}),
                  host_noise=bounds)["verdict"] == "fail"
 
 

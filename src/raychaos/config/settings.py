@@ -246,7 +246,10 @@ class HostNoiseSpec:
     test: CPU taken by unrelated work, in cores, and the harness's timer lag p95."""
 
     foreign_cpus: float = field(default=0.3, metadata={"min": 0, "max": 1024})
-    timer_lag_ms: float = field(default=20.0, metadata={"min": 0, "max": 60_000})
+    #: the harness's own timer stalls whenever the host is short of CPU — the system under
+    #: test's own restarts included (a quiet 2-core box saw p95 46 ms during a head kill) —
+    #: so it gates only a stall that leaves the 200 ms monitor itself unable to keep its beat
+    timer_lag_ms: float = field(default=250.0, metadata={"min": 0, "max": 60_000})
     min_samples: int = field(default=3, metadata={"min": 1, "max": 100_000})
 
 

@@ -291,7 +291,7 @@ class NoiseBounds:
     """How much host noise a window may see before a judgement of it is inconclusive."""
 
     foreign_cpus: float = 0.3  # cores of unrelated work
-    timer_lag_ms: float = 20.0  # p95 of the sensor's wake-up lag
+    timer_lag_ms: float = 250.0  # p95 of the sensor's wake-up lag (see HostNoiseSpec)
     min_samples: int = 3
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from raychaos.config.metrics import METRICS
 from raychaos.config.settings import SloProfile
 from raychaos.observe.loadstats import aggregate, load_names
+from raychaos.observe.slo import backlog_drained
 from raychaos.observe.windows import windows
 
 __all__ = ["EXTRA_HOLD_S", "needs", "short"]
@@ -54,7 +55,20 @@ def short(records: list[dict[str, Any]], profile: SloProfile | None, window: str
     for load, need in wanted.items():
         if load is not None and load not in present:
             continue  # a load that never reported: its check says so, waiting would not help
-        stats, _ = aggregate(records, wins, window, load)
+        span = dict(wins)
+        if window == "recovery" and load is not None and _open_loop(records, load):
+            # an open-loop load's recovery latencies are read once its backlog drained
+            drained = backlog_drained(records, wins, load)
+            if drained is None:
+                out[load] = f"0/{need} (backlog still draining)"
+                continue
+            span["recovery"] = (max(drained, wins["recovery"][0]), wins["recovery"][1])
+        stats, _ = aggregate(records, span, window, load)
         if int(stats["count"]) < need:
             out[load or "all loads"] = f"{stats['count']}/{need}"
     return out
+
+
+def _open_loop(records: list[dict[str, Any]], load: str) -> bool:
+    return any(r.get("kind") == "load" and r.get("load") == load and "offered" in r
+               for r in records)
