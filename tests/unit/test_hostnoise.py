@@ -67,7 +67,7 @@ def test_the_judges_say_why_in_one_sentence():
     quiet = window_noise([host(t) for t in range(5)], (0, 5))
     busy = window_noise([host(t, foreign=1.1) for t in range(5)], (0, 5))
     laggy = window_noise([host(t, lag=120) for t in range(5)], (0, 5))
-    b = NoiseBounds()
+    b = NoiseBounds(timer_lag_ms=20.0)
     assert noise_differs(quiet, quiet, "recovery", b) is None
     assert noise_differs(quiet, busy, "recovery", b) == (
         "host busy: unrelated work took 1.10 CPUs in recovery vs 0.05 in baseline")
