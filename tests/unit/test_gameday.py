@@ -184,7 +184,7 @@ def test_gameday_index_links_each_run(tmp_path: Path) -> None:
     assert '<a href="../results/bad/report.html">GPU drain</a>' in text
     assert (crashed / "report.html").exists()  # built on the way
     assert "storm-p99" in text  # failing SLO named
-    assert 'Game day: weekly <span class="v error">error</span>' in text
+    assert 'Game day: weekly <span class="v fail">fail</span>' in text
     assert "http://" not in text and "https://" not in text
 
 

@@ -155,7 +155,8 @@ def test_busy_strangers_are_foreign_unless_they_are_the_sut(tmp_path):
                               (0, 99))
     finally:
         _kill(pids)
-    assert loaded["foreign_cpus_mean"] > quiet["foreign_cpus_mean"] + 0.8, (quiet, loaded)
+    # the same spinners, measured side by side: whatever else this (shared) box runs, counting
+    # them as the SUT takes what they used out of "foreign" — never a comparison with a stretch
+    # assumed quiet (another lane's Ray cluster may load it)
     assert loaded["sut_known"] is False and as_sut["sut_known"] is True
-    assert as_sut["busy_cpus_mean"] > quiet["busy_cpus_mean"] + 0.8, (quiet, as_sut)
-    assert as_sut["foreign_cpus_mean"] < quiet["foreign_cpus_mean"] + 0.4, (quiet, as_sut)
+    assert as_sut["foreign_cpus_mean"] < loaded["foreign_cpus_mean"] - 0.5, (quiet, loaded, as_sut)

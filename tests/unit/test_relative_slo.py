@@ -194,3 +194,11 @@ def test_a_bad_relative_slo_is_one_sentence_naming_file_key_and_value(tmp_path, 
     with pytest.raises(ConfigError) as err:
         load_slo_profile(path)
     assert f"{path}: {expected}" in str(err.value), str(err.value)
+
+
+def test_a_recovery_that_never_happened_fails_on_a_busy_host_too():
+    probes = [{"name": "gcs_recovery", "verdict": "fail",
+               "evidence": {"gcs_recovery_s": 7.2, "nodes_recovery_s": None}}]
+    slo = SloSpec(name="workers", metric="nodes_recovery_s", op="<=", threshold=20)
+    row = judge(slo, timeline(noise={"chaos": (1.0, 40.0)}), probes)
+    assert row["verdict"] == "fail", row

@@ -374,7 +374,8 @@ def evaluate(profile: SloProfile | None, records: list[dict[str, Any]],
                 if verdict in ("pass", "fail") else None
             if short:
                 verdict, evidence["inconclusive"] = "inconclusive", short
-        why = _noise_reason(slo, verdict, wins, noise, bounds)
+        # a figure the system never produced (workers never back) is its failure, not noise
+        why = _noise_reason(slo, verdict, wins, noise, bounds) if value is not None else None
         if why:
             verdict, evidence["inconclusive"] = "inconclusive", why
         if METRICS[slo.metric].timing:
