@@ -61,7 +61,8 @@ from raychaos.observe.signals import MONITOR_METRICS, monitor_metric
 from raychaos.observe.windows import windows
 from raychaos.results.checks import rank
 
-__all__ = ["OPS", "backlog_drained", "evaluate", "metric_value", "said", "weighted_percentile", "windows"]
+__all__ = ["OPS", "backlog_drained", "evaluate", "metric_value", "said", "weighted_percentile",
+           "windows"]
 
 OPS = {
     "<=": lambda v, t: v <= t,
