@@ -39,7 +39,8 @@ import psutil
 from raychaos.results.store import Timeline
 
 __all__ = ["HostNoise", "NoiseBounds", "ProcStat", "noise_by_window", "noise_differs",
-           "noise_high", "parse_proc_stat", "window_noise"]
+           "noise_high", "noise_louder", "parse_proc_stat", "window_noise"]
+
 
 SUT_GROUP_PREFIX = "raychaos-"
 
@@ -312,6 +313,13 @@ def _louder(a: dict[str, Any], a_name: str, b: dict[str, Any], b_name: str,
     if la is not None and lb is not None and la - lb > bounds.timer_lag_ms:
         return f"{lead}: timer lag p95 {la:.0f} ms in {a_name} vs {lb:.0f} ms in {b_name}"
     return None
+
+
+def noise_louder(base: dict[str, Any], judged: dict[str, Any], judged_name: str,
+                 bounds: NoiseBounds = NoiseBounds()) -> str | None:
+    """Why ``judged`` saw more host noise than the baseline by more than a bound, or None —
+    one direction only: what makes a relative *miss* say nothing about the system."""
+    return _louder(judged, judged_name, base, "baseline", bounds, "host busy")
 
 
 def noise_differs(base: dict[str, Any], judged: dict[str, Any], judged_name: str,

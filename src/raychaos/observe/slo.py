@@ -45,7 +45,7 @@ from typing import Any
 from raychaos.catalog import stats_format
 from raychaos.config.metrics import METRICS, probe_of
 from raychaos.config.settings import MIN_SAMPLES, HostNoiseSpec, SloProfile, SloSpec
-from raychaos.observe.hostnoise import NoiseBounds, noise_differs, noise_high, window_noise
+from raychaos.observe.hostnoise import NoiseBounds, noise_by_window, noise_high, noise_louder
 from raychaos.observe.loadstats import (
     aggregate,
     baseline_pace,
@@ -308,15 +308,6 @@ def _noise_window(slo: SloSpec, wins: Wins) -> str:
     return slo.window
 
 
-def _noisier(a: dict[str, Any], b: dict[str, Any], bounds: NoiseBounds) -> bool:
-    """Window noise ``a`` is past ``b``'s by more than a bound (either sensor)."""
-    def over(key: str, bound: float) -> bool:
-        x, y = a.get(key), b.get(key)
-        return x is not None and y is not None and float(x) - float(y) > bound
-    return over("foreign_cpus_mean", bounds.foreign_cpus) or over("timer_lag_ms_p95",
-                                                                  bounds.timer_lag_ms)
-
-
 def _noise_reason(slo: SloSpec, verdict: str, wins: Wins, noise: dict[str, dict[str, Any]],
                   bounds: NoiseBounds) -> str | None:
     """Why host noise makes a timing check's verdict say nothing about the system, or None."""
@@ -336,9 +327,7 @@ def _noise_reason(slo: SloSpec, verdict: str, wins: Wins, noise: dict[str, dict[
     # Only a miss in a noisier window: the sensor counts CPU that unrelated work *got*, and a
     # restarting head takes it from a steady stressor (stress-ng at 50 %: 0.48 CPUs in baseline,
     # 0.18 in chaos), so "the baseline was noisier" is mostly the system's own recovery.
-    if verdict == "fail" and _noisier(judged, base, bounds):
-        return noise_differs(base, judged, name, bounds)
-    return None
+    return noise_louder(base, judged, name, bounds) if verdict == "fail" else None
 
 
 def _bounds(profile: SloProfile | None) -> NoiseBounds:
@@ -357,7 +346,7 @@ def evaluate(profile: SloProfile | None, records: list[dict[str, Any]],
         if p["name"] not in by_name or _rank(p["verdict"]) > _rank(by_name[p["name"]]["verdict"]):
             by_name[p["name"]] = p
     bounds = _bounds(profile)
-    noise = {w: window_noise(records, span) for w, span in wins.items()}
+    noise = noise_by_window(records, wins)
     rows = []
     for slo in (profile.slos if profile else []):
         need = slo.min_samples or (profile.min_samples if profile else MIN_SAMPLES)
