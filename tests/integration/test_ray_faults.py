@@ -15,7 +15,14 @@ import pytest
 from raychaos.config.rayflags import FAULT_ENV
 from raychaos.run.runner import run_experiment_file
 
-from ._experiments import REPO, method_args, own_cluster, raychaos_block, variant
+from ._experiments import (
+    REPO,
+    assert_healthy,
+    method_args,
+    own_cluster,
+    raychaos_block,
+    variant,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -135,8 +142,8 @@ def test_a_head_kill_during_a_blackout_overlaps_and_everything_comes_back(cluste
     probes = _probes(summary)
     assert probes["job_history_preserved"]["evidence"]["before"] >= 1
     assert probes["resources_restored"]["evidence"]["nodes"] == 3
-    assert code == 0, json.dumps({k: summary[k] for k in ("slos", "probes", "errors")},
-                                 indent=1)[:6000]
+    assert_healthy(code, summary, json.dumps(
+        {k: summary[k] for k in ("slos", "probes", "errors")}, indent=1)[:6000])
     _shape_restored(cluster[0])
 
 

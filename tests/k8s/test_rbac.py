@@ -62,12 +62,14 @@ def tour(w, make_target, monkeypatch) -> None:  # noqa: ANN001
     t.metrics_texts(0.5)  # the pods' metrics through the pod proxy
     from raychaos.errors import TargetBusy
     from raychaos.targets.kubernetes.lease import LeaseLock
-    dead = LeaseLock(t._api(), "ray", "demo", duration_s=1)
+    # 5 s, not 1: renewed every 1/3 of it, a 1 s Lease expired between two renewals on a
+    # loaded machine and was (rightly) taken over
+    dead = LeaseLock(t._api(), "ray", "demo", duration_s=5)
     dead.acquire("dead")
     with pytest.raises(TargetBusy):  # read back to name the holder
         t.run_lock().acquire("run1")
     dead._stop.set()
-    time.sleep(1.2)
+    time.sleep(5.2)
     lock = t.run_lock()
     lock.acquire("run1")  # the dead run's Lease, taken over (patched)
     lock.release()

@@ -23,6 +23,7 @@ from raychaos.config.settings import KubernetesSpec
 from raychaos.probes.jobfate import api_fate, driver_fate, rayjob_fate
 from raychaos.targets.kubernetes.target import KubernetesTarget
 from tests._cli import run_gracefully
+from tests.integration._experiments import assert_healthy
 from tests.k8s.world import World
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="real pods need root (netns)")]
@@ -80,7 +81,7 @@ def test_rayjob_fate_three_ways_and_a_head_loss_in_k8sjobmode(tmp_path):
             # RayJob, and the job's fate read three ways by job_status_consistent
             code, summary, out = raychaos_run(w, "rayjob-head-kill.yaml", "--rayjob",
                                               tmp_path / "results")
-            assert code == 0, f"{brief(summary)}\n--- output ---\n{out[-3000:]}"
+            assert_healthy(code, summary, f"{brief(summary)}\n--- output ---\n{out[-3000:]}")
             probes = {p["name"]: p for p in summary["probes"]}
             assert probes["job_status_consistent"]["verdict"] == "pass", probes
             [fault] = summary["faults"]
@@ -120,7 +121,7 @@ def test_rayservice_serves_through_its_serve_service_and_rides_out_a_head_kill(t
             # Locust users through <name>-serve-svc; the user's application is left alone
             code, summary, out = raychaos_run(w, "rayservice-head-kill.yaml", "--rayservice",
                                               tmp_path / "results")
-            assert code == 0, f"{brief(summary)}\n--- output ---\n{out[-3000:]}"
+            assert_healthy(code, summary, f"{brief(summary)}\n--- output ---\n{out[-3000:]}")
             assert [f["state"] for f in summary["faults"]] == ["undone", "undone"]
             # after a new head pod Serve deploys the application again (DEPLOYING, then
             # RUNNING): it is still there, the user's, not removed by the harness

@@ -202,3 +202,87 @@ def test_a_recovery_that_never_happened_fails_on_a_busy_host_too():
     slo = SloSpec(name="workers", metric="nodes_recovery_s", op="<=", threshold=20)
     row = judge(slo, timeline(noise={"chaos": (1.0, 40.0)}), probes)
     assert row["verdict"] == "fail", row
+
+
+def test_a_run_waits_for_the_samples_its_checks_read_in_each_window_and_no_others():
+    from raychaos.run.samples import needs, short
+
+    failures = SloSpec(name="fails", metric="task_failure_ratio", window="run", load="serve",
+                       op="<=", threshold=0.01)
+    p95 = SloSpec(name="p95", metric="p95_latency_ms", window="chaos", load="serve", op="<=",
+                  threshold=900)
+    pace = SloSpec(name="pace", metric="throughput_ratio", window="chaos", load="serve",
+                   op=">=", threshold=0.5)
+    prof = SloProfile(name="p", slos=[failures, p95], min_samples=100)
+    # a failure ratio over the run reads nothing of the baseline, nor a chaos p95: no hold
+    assert needs(prof, "baseline") == {} and needs(prof, "run") == {"serve": (100, True)}
+    assert needs(prof, "chaos") == {"serve": (100, False)}
+    # a pace and a relative bound are compared with the baseline: it is held for them
+    assert needs(SloProfile(name="p", slos=[pace, relative()], min_samples=40),
+                 "baseline") == {"serve": (40, False)}
+    recs = timeline(baseline_s=2, recovery_s=2)  # 30/s: ~60 requests in baseline
+    assert short(recs, SloProfile(name="p", slos=[pace], min_samples=100), "baseline") \
+        == {"serve": "60/100"}
+    assert short(recs, SloProfile(name="p", slos=[pace], min_samples=50), "baseline") == {}
+    # failed requests are samples of a failure ratio, never of a latency
+    for r in recs:
+        if r.get("kind") == "load":
+            r["failures"], r["count"] = r["count"], 0
+    run = SloProfile(name="p", slos=[failures], min_samples=100)
+    assert short(recs, run, "run") == {}
+    assert short(recs, SloProfile(name="p", slos=[failures, replace_window(p95, "run")],
+                                  min_samples=100), "run") == {"serve": "0/100"}
+
+
+def replace_window(slo: SloSpec, window: str) -> SloSpec:
+    from dataclasses import replace
+
+    return replace(slo, window=window)
+
+
+def _back(threshold: float = 5.0) -> SloSpec:
+    return SloSpec(name="back", metric="throughput_recovery_s", load="serve", op="<=",
+                   threshold=threshold)
+
+
+def test_a_load_not_back_when_the_run_ended_is_a_miss_past_the_bound_and_unknown_short_of_it():
+    slow = timeline(recovery_rate=RATE // 2, recovery_s=10)  # half its pace for 10 s
+    row = judge(_back(), slow, min_samples=20)
+    assert row["verdict"] == "fail" and row["value"] is None, row
+    assert row["evidence"]["censored_s"] >= 9 and row["evidence"]["completing"] is True
+    # the same half pace while unrelated work took a core in recovery only: a miss the host
+    # may have made, as a measured one would be
+    noisy = timeline(recovery_rate=RATE // 2, recovery_s=10,
+                     noise={"recovery": (1.2, 2.0)})
+    row = judge(_back(), noisy, min_samples=20)
+    assert row["verdict"] == "inconclusive" and "host busy" in row["evidence"]["inconclusive"]
+    # a load that completes nothing after chaos is dead, whatever the host did
+    dead = timeline(recovery_rate=0, recovery_s=10, noise={"recovery": (1.2, 2.0)})
+    row = judge(_back(), dead, min_samples=20)
+    assert row["verdict"] == "fail" and row["evidence"]["completing"] is False, row
+    # watched for less than the bound: neither
+    row = judge(_back(threshold=30), slow, min_samples=20)
+    assert row["verdict"] == "inconclusive" and "too short" in row["evidence"]["inconclusive"]
+
+
+def test_an_open_loop_backlog_is_drained_when_no_more_waits_than_at_baseline():
+    from raychaos.observe.slo import backlog_drained
+    from raychaos.observe.windows import windows
+
+    recs = timeline(baseline_s=10, recovery_s=10)
+    pending = 0
+    for r in recs:  # 5 arrivals a second; none answered in the 5 s outage, 8/s after it
+        if r.get("kind") != "load":
+            continue
+        s = int(r["t"])
+        r["offered"] = 5
+        answered = 5 if s < 11 else 0 if s < 16 else min(8, pending + 5)
+        pending += 5 - answered
+        r["count"] = answered
+    wins = windows(recs)
+    drained = backlog_drained(recs, wins, "serve")
+    # 25 waiting when chaos ends, worked off at 3 a second beyond the arrivals: one left in the
+    # second ending at 23.5 — not at 22.5 with 4 left (within one second's arrivals), when
+    # four outage requests still had to answer inside the judged window
+    assert drained == 23.5, drained
+    assert backlog_drained(timeline(), windows(timeline()), "serve") is None  # closed loop

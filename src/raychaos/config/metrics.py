@@ -11,9 +11,10 @@ is defined once. ``producer`` says where the value comes from:
 - ``gpu`` / ``storage``: the resource watch's ``kind: gpu`` / ``kind: storage`` records over the
   window (:mod:`raychaos.observe.watch`; the session starts it when an SLO names one of these).
 
-``timing`` metrics are seconds, latencies and rates: what a busy host moves without anything
-being wrong with Ray. Their misses are judged against the host noise of their windows;
-invariants and counts (a lost job, a dead node, a corrupted block) never are.
+``timing`` metrics are seconds, latencies and rates that a busy host makes *worse* without
+anything being wrong with Ray (slower, fewer per second). Their misses are judged against the
+host noise of their windows; invariants and counts (a lost job, a dead node, a corrupted
+block) never are.
 
 ``live`` metrics are computed from the timeline while the run goes on (``abort_if``).
 """
@@ -97,11 +98,11 @@ _ALL = [
     Metric("health_check_failures", "count", "lower", "monitor",
            "health checks of raylets the GCS saw fail in the window (its own log lines)"),
     Metric("spill_mb_per_s", "MB/s", "lower", "monitor",
-           "mean rate at which objects were spilled to disk in the window (all nodes)",
-           timing=True),
+           "mean rate at which objects were spilled to disk in the window (all nodes)"),
+    # spill and restore rates are not timing: a slower host spills and restores *less* per
+    # second, so a rate past its bound is never the host's doing
     Metric("restore_mb_per_s", "MB/s", "lower", "monitor",
-           "mean rate at which spilled objects were restored from disk in the window",
-           timing=True),
+           "mean rate at which spilled objects were restored from disk in the window"),
     Metric("gpu_stranded_capacity_frac", "ratio", "lower", "gpu",
            "of the GPU-seconds of the nodes a load ran on (all nodes without load:), the share "
            "held by tasks waiting on their inputs or left free while its GPU demand pended"),

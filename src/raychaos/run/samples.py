@@ -3,10 +3,10 @@ for them, within a bound.
 
 A load check with fewer samples in a window than its ``min_samples`` is ``inconclusive``
 (:mod:`raychaos.observe.slo`). A run should not walk into that by itself: the baseline is held
-until every load a check reads has its minimum in it (beyond ``settle_s``, at most
-:data:`EXTRA_HOLD_S` more), and the recovery window, which ends as soon as the loads are back at
-baseline, also waits for the minimum of the checks that read it (within
-``monitor.recovery_window_s``, its bound). What the run could not gather within those bounds
+until every load a check judges in it, or compares with it, has its minimum there (beyond
+``settle_s``, at most :data:`EXTRA_HOLD_S` more), and the recovery window, which ends as soon
+as the loads are back at baseline, also waits for the minimum of the checks that read it
+(within ``monitor.recovery_window_s``, its bound). What the run could not gather within those bounds
 stays visible: the check is inconclusive and says how many samples it had.
 """
 
@@ -29,24 +29,41 @@ EXTRA_HOLD_S = 30.0
 MARGIN = 5
 
 
-def needs(profile: SloProfile | None, window: str) -> dict[str | None, int]:
-    """``{load (None: all loads): samples}`` the profile's load checks need in ``window`` (the
-    baseline: every load check, as each is compared with it or needs its pace)."""
-    out: dict[str | None, int] = {}
+#: metrics whose check compares its window with the baseline, or reads the baseline's pace
+_READ_BASELINE = ("throughput_ratio", "throughput_recovery_s")
+
+
+def _reads(slo: Any, window: str) -> bool:
+    """Whether a load check needs samples in ``window``: its own window, and the baseline when
+    it is compared with it (relative, throughput). A failure ratio over the run needs nothing
+    of the baseline: holding the baseline for it kept a run whose storm was failing every task
+    (retries off) waiting 30 s for completions that never came, and the swamped cluster then
+    failed the run's own sentinel."""
+    if slo.window == window:
+        return True
+    return window == "baseline" and (bool(slo.relative_to) or slo.metric in _READ_BASELINE)
+
+
+def needs(profile: SloProfile | None, window: str) -> dict[str | None, tuple[int, bool]]:
+    """``{load (None: all loads): (samples, failures count)}`` the profile's load checks need in
+    ``window``. A failed request is a sample of a failure ratio (the judge counts it so) but
+    not of a latency or a pace: failures count only when every check wanting the load's
+    samples there is a failure ratio."""
+    out: dict[str | None, tuple[int, bool]] = {}
     for slo in profile.slos if profile else []:
-        if METRICS[slo.metric].producer != "loads":
-            continue
-        if window != "baseline" and slo.window != window:
+        if METRICS[slo.metric].producer != "loads" or not _reads(slo, window):
             continue
         need = slo.min_samples or profile.min_samples  # type: ignore[union-attr]
-        out[slo.load] = max(out.get(slo.load, 0), need)
+        old_need, old_failures = out.get(slo.load, (0, True))
+        out[slo.load] = (max(old_need, need),
+                         old_failures and slo.metric == "task_failure_ratio")
     return out
 
 
 def short(records: list[dict[str, Any]], profile: SloProfile | None, window: str
           ) -> dict[str, str]:
-    """``{load: "n/need"}`` for each load whose ``window`` so far holds fewer completions than
-    the checks need (empty: enough, or nothing to wait for)."""
+    """``{load: "n/need"}`` for each load whose ``window`` so far holds fewer samples than its
+    checks need (empty: enough, or nothing to wait for)."""
     wanted = needs(profile, window)
     if not wanted:
         return {}
@@ -55,7 +72,7 @@ def short(records: list[dict[str, Any]], profile: SloProfile | None, window: str
         return {}
     present = load_names(records)
     out = {}
-    for load, need in wanted.items():
+    for load, (need, failures_count) in wanted.items():
         if load is not None and load not in present:
             continue  # a load that never reported: its check says so, waiting would not help
         span = dict(wins)
@@ -67,8 +84,9 @@ def short(records: list[dict[str, Any]], profile: SloProfile | None, window: str
                 continue
             span["recovery"] = (max(drained, wins["recovery"][0]), wins["recovery"][1])
         stats, _ = aggregate(records, span, window, load)
-        if int(stats["count"]) < need + MARGIN:
-            out[load or "all loads"] = f"{stats['count']}/{need}"
+        n = int(stats["count"]) + (int(stats["failures"]) if failures_count else 0)
+        if n < need + MARGIN:
+            out[load or "all loads"] = f"{n}/{need}"
     return out
 
 
