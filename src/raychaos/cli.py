@@ -6,6 +6,7 @@
     raychaos schedule PLAN --cron "0 3 * * 1" [--namespace N] [--image I] [-o FILE]
     raychaos validate EXPERIMENT...
     raychaos local up|down|status [--name NAME] [--workers N] [--gpu-workers N]
+    raychaos testbed build|up|down|status [--name NAME] [--namespace NS]
     raychaos rollback RESULTS_DIR | --all [RESULTS_ROOT]
     raychaos report RESULTS_DIR
     raychaos compare RUN_A RUN_B [--tolerance F]
@@ -141,6 +142,18 @@ def _parser() -> argparse.ArgumentParser:
     loc.add_argument("--gpu-workers", type=int, default=None)
     loc.add_argument("--gcs-storage", choices=["rocksdb", "redis", "none"], default=None)
     loc.add_argument("--state-root", help=argparse.SUPPRESS)
+
+    tb = sub.add_parser("testbed", help="a throwaway KubeRay control plane on this machine: "
+                                        "real etcd, kube-apiserver, controller-manager, "
+                                        "scheduler and KubeRay operator, built from their Go "
+                                        "modules (no Docker, no kind)",
+                        description="build: build the parts that are missing (Go 1.26 and the "
+                                    "Go module proxy; once per version). up: build, start, print "
+                                    "KUBECONFIG and namespace. down: stop what up started and "
+                                    "remove its state. status: its processes and readiness.")
+    tb.add_argument("action", choices=["build", "up", "down", "status"])
+    tb.add_argument("--name", default="default", help="the bed's name (default: default)")
+    tb.add_argument("--namespace", default="ray", help="namespace up creates (default: ray)")
 
     rb = sub.add_parser("rollback", help="undo what a crashed or interrupted run left applied")
     rb.add_argument("results_dir", nargs="?",
@@ -285,6 +298,28 @@ def _local(args: argparse.Namespace) -> int:
     return 0
 
 
+def _testbed(args: argparse.Namespace) -> int:
+    from raychaos.testbed import bed, build
+
+    if args.action == "build":
+        for name, path in build.build_all().items():
+            print(f"{name}: {path}")
+    elif args.action == "up":
+        b = bed.up(args.name, args.namespace)
+        print(f"up: test bed {b.name!r}, API server {b.server}")
+        for name, pid in b.pids.items():
+            print(f"  {name:24s} pid {pid}")
+        print(f"export KUBECONFIG={b.kubeconfig}\nnamespace: {b.namespace}")
+    elif args.action == "down":
+        stopped = bed.down(args.name)
+        print(f"down: stopped {', '.join(stopped) or 'nothing (all had exited)'}")
+    else:
+        st = bed.status(args.name)
+        print(json.dumps(st, indent=2))
+        return 0 if st["ready"] and all(st["alive"].values()) else 1
+    return 0
+
+
 def _rollback(args: argparse.Namespace) -> int:
     from raychaos.run.crash import rollback_all, rollback_results_dir
 
@@ -375,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
             return _validate(args)
         if args.command == "local":
             return _local(args)
+        if args.command == "testbed":
+            return _testbed(args)
         if args.command == "rollback":
             return _rollback(args)
         if args.command == "report":
