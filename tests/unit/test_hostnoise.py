@@ -178,3 +178,24 @@ def test_busy_strangers_are_foreign_unless_they_are_the_sut(tmp_path):
     spent = sum(sut) / len(sut)
     assert as_sut["foreign_cpus_mean"] <= loaded["foreign_cpus_mean"] - spent / 2, (
         loaded, as_sut, spent)
+
+
+def _snap(t: float, busy: int, nice: int, total: int) -> tuple:
+    return (t, parse_proc_stat(f"cpu  {busy - nice} {nice} 0 {total - busy} 0 0 0 0 0 0\n"
+                               "cpu0 0 0 0 0 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0 0 0\n"),
+            0.0, 0.0)
+
+
+def test_work_at_a_lower_priority_is_reported_and_not_noise_unless_the_harness_is_niced_too(
+        monkeypatch):
+    import raychaos.observe.hostnoise as hn
+
+    # one second, 2 CPUs (200 jiffies): 150 busy, 100 of them niced strangers, SUT idle
+    prev, now = _snap(0.0, 0, 0, 0), _snap(1.0, 150, 100, 200)
+    monkeypatch.setattr(hn, "_own_nice", lambda: 0)
+    rec = hn.host_fields(prev, now, [1.0])
+    assert rec["nice_cpus"] == 1.0 and rec["busy_cpus"] == 1.5
+    assert rec["foreign_cpus"] == 0.5, rec  # the scheduler gives niced work what is idle
+    monkeypatch.setattr(hn, "_own_nice", lambda: 19)  # the harness (and its pods) niced
+    assert hn.host_fields(prev, now, [1.0])["foreign_cpus"] == 1.5
+    assert parse_proc_stat(STAT).nice == 212

@@ -13,8 +13,13 @@ because nothing measured the host. :class:`HostNoise` writes one ``host`` record
   ``raychaos-`` cpu cgroup — the local target's pods are children of the harness, and their CPU
   is the system under test's, counted once in ``sut_cpus``;
 - ``sut_cpus``: from the target's ``sut_cpu_seconds`` (None: unknown);
-- ``foreign_cpus`` = max(0, busy − own − sut), the noise that matters; with the SUT unknown it is
-  busy − own and ``sut_known`` is False.
+- ``nice_cpus``: work at a lower priority than the harness (nice above its own; ``/proc/stat``'s
+  nice column): the scheduler gives it only what the system leaves idle (CFS weight 15 at nice
+  19 against 1024), so it is reported and not counted as noise — a CI lane of unit tests at
+  nice 19 beside the real cluster does not slow it. A harness that itself runs niced counts it
+  (its pods run niced too, and their time is in that column);
+- ``foreign_cpus`` = max(0, busy − nice − own − sut), the noise that matters; with the SUT
+  unknown it is without the − sut and ``sut_known`` is False.
 
 A descendant that exits within a second loses its last second from ``own_cpus`` (it shows as
 foreign): a short over-estimate of noise, never an under-estimate of the SUT.
@@ -54,12 +59,13 @@ class ProcStat:
     steal: int
     ncpu: int
     procs_running: int | None
+    nice: int = 0
 
 
 def parse_proc_stat(text: str) -> ProcStat:
     """Busy (everything but idle and iowait), total and steal jiffies of the ``cpu`` line, the
     number of ``cpuN`` lines and ``procs_running``."""
-    busy = total = steal = ncpu = 0
+    busy = total = steal = ncpu = nice = 0
     running: int | None = None
     for line in text.splitlines():
         parts = line.split()
@@ -70,12 +76,12 @@ def parse_proc_stat(text: str) -> ProcStat:
             vals += [0] * (8 - len(vals))
             total = sum(vals)
             busy = total - vals[3] - vals[4]
-            steal = vals[7]
+            steal, nice = vals[7], vals[1]
         elif parts[0].startswith("cpu") and parts[0][3:].isdigit():
             ncpu += 1
         elif parts[0] == "procs_running":
             running = int(parts[1])
-    return ProcStat(busy, total, steal, max(ncpu, 1), running)
+    return ProcStat(busy, total, steal, max(ncpu, 1), running, nice)
 
 
 def _read(path: str) -> str | None:
@@ -223,23 +229,34 @@ def host_fields(prev: tuple[float, ProcStat | None, float, float | None],
     """One ``host`` record from two snapshots (monotonic, /proc/stat, own s, SUT s)."""
     dt = max(now[0] - prev[0], 1e-6)
     ps0, ps1 = prev[1], now[1]
-    busy = steal = None
+    busy = steal = nice = None
     ncpu = ps1.ncpu if ps1 else os.cpu_count()
     if ps0 and ps1 and ps1.total > ps0.total:
         jiffies = ps1.total - ps0.total
         busy = ps1.ncpu * (ps1.busy - ps0.busy) / jiffies
         steal = 100.0 * (ps1.steal - ps0.steal) / jiffies
+        nice = ps1.ncpu * max(0, ps1.nice - ps0.nice) / jiffies
     own = max(0.0, now[2] - prev[2]) / dt
     sut = (max(0.0, now[3] - prev[3]) / dt) if now[3] is not None and prev[3] is not None \
         else None
-    foreign = None if busy is None else max(0.0, busy - own - (sut or 0.0))
+    yielding = (nice or 0.0) if _own_nice() <= 0 else 0.0  # see the module docstring
+    foreign = None if busy is None else max(0.0, busy - yielding - own - (sut or 0.0))
     arr = np.asarray(lags or [0.0])
     return {"timer_lag_ms_p95": round(float(np.percentile(arr, 95, method="higher")), 2),
             "timer_lag_ms_max": round(float(arr.max()), 2),
-            "busy_cpus": _r(busy), "steal_pct": _r(steal), "own_cpus": _r(own),
+            "busy_cpus": _r(busy), "nice_cpus": _r(nice), "steal_pct": _r(steal),
+            "own_cpus": _r(own),
             "sut_cpus": _r(sut), "foreign_cpus": _r(foreign), "sut_known": sut is not None,
             "run_queue": ps1.procs_running if ps1 else None,
             "psi_cpu_some_avg10": _psi_some_avg10(_read("/proc/pressure/cpu")), "ncpu": ncpu}
+
+
+def _own_nice() -> int:
+    """The harness process's nice value (its main thread's: the sensor thread raises its own)."""
+    try:
+        return int(psutil.Process().nice())
+    except psutil.Error:
+        return 0
 
 
 def _r(value: float | None) -> float | None:
@@ -273,6 +290,7 @@ def window_noise(records: list[dict[str, Any]], window: tuple[float, float]) -> 
             "foreign_cpus_mean": _mean(_values(recs, "foreign_cpus")),
             "foreign_cpus_p95": _p95(_values(recs, "foreign_cpus")),
             "busy_cpus_mean": _mean(_values(recs, "busy_cpus")),
+            "nice_cpus_mean": _mean(_values(recs, "nice_cpus")),
             "timer_lag_ms_p95": _p95(_values(recs, "timer_lag_ms_p95")),
             "timer_lag_ms_max": round(max(maxima), 3) if maxima else None,
             "run_queue_mean": _mean(_values(recs, "run_queue")),
