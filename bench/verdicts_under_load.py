@@ -52,6 +52,15 @@ def _variant(ft_off: bool, tmp: Path) -> Path:
     return path
 
 
+def _cluster_up() -> bool:
+    out = subprocess.run([sys.executable, "-m", "raychaos.cli", "local", "status"], cwd=REPO,
+                         capture_output=True, text=True, check=False).stdout
+    try:
+        return bool(json.loads(out).get("up"))
+    except ValueError:
+        return False
+
+
 def _one(exp: Path, results: Path, level: int, down: bool) -> dict:
     stress = _stress(level)
     try:
@@ -84,13 +93,16 @@ def main() -> int:
     results.mkdir()
     rows = []
     levels = [int(x) for x in args.levels.split(",")]
+    was_up = _cluster_up()
     for level in levels:
-        for i in range(args.runs):  # one cluster for them all, down after the last run
-            last = level == levels[-1] and i == args.runs - 1
-            row = _one(_variant(False, tmp), results, level, down=last)
+        for i in range(args.runs):  # one cluster for them all (the first run starts it)
+            row = _one(_variant(False, tmp), results, level, down=False)
             rows.append(row)
             print(f"load {level:3d}% run {i + 1}: exit {row['code']} {row['verdict']}"
                   + "".join(f"\n    {c}" for c in row["open"]), flush=True)
+    if not was_up:  # the bench started the shipped cluster: it takes it down
+        subprocess.run([sys.executable, "-m", "raychaos.cli", "local", "down"], cwd=REPO,
+                       capture_output=True, check=False)
     if args.ft_off_at >= 0:
         for i in range(args.ft_off_runs):
             row = _one(_variant(True, tmp), results, args.ft_off_at, down=True)
