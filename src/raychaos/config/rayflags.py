@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["ASIO_DELAY_ENV", "CLIENT_METHODS", "FAULT_ENV", "GCS_HANDLERS",
-           "HEALTH_CHECK_ENV", "HEALTH_CHECK_FAILED_LINE", "INJECTED_LOG_LINES",
+           "HEALTH_CHECK_ENV", "HEALTH_CHECK_FAILED_LINE", "INJECTED_LOG_LINES", "MARKED_DEAD_LINE",
            "RAY_VERSION", "RPC_FAILURE_ENV", "asio_delay_env", "asio_delay_problems",
            "parse_rpc_spec", "rpc_failure_env", "rpc_failure_problems"]
 
@@ -55,6 +55,8 @@ INJECTED_LOG_LINES = ("Inject RPC request failure for ", "Inject RPC response fa
                       "Inject RPC response failure while request in flight for ")
 #: the GCS's log line for one failed health check of a raylet (gcs_health_check_manager.cc)
 HEALTH_CHECK_FAILED_LINE = "Health check failed for node "
+#: what a raylet logs when it finds out the GCS marked it dead (raylet/node_manager.cc), then exits
+MARKED_DEAD_LINE = "mistakenly been marked as dead by the GCS"
 
 _GCS_SERVICES: dict[str, tuple[str, ...]] = {
     "ActorInfoGcsService": ("CreateActor", "GetActorInfo", "GetAllActorInfo",

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from raychaos.catalog import stats_format
-from raychaos.config.rayflags import HEALTH_CHECK_FAILED_LINE
+from raychaos.config.rayflags import HEALTH_CHECK_FAILED_LINE, MARKED_DEAD_LINE
 from raychaos.results.store import Ev, Timeline
 from raychaos.targets.base import NodeInfo, Target
 
@@ -38,10 +38,30 @@ class DeathWatch:
         self.target, self.timeline = target, timeline
         self.states: dict[str, str] = {}
         self.deaths = 0
+        #: each worker's count of MARKED_DEAD_LINE when the watch began (read once, off the
+        #: sampler's thread): a raylet gone by the time its death is seen, with a line more
+        #: than that, was alive when the GCS declared it dead
+        self.logged: dict[str, int] | None = None
+        self._baseline: threading.Thread | None = None
+
+    def _marked_dead(self, names: list[str]) -> dict[str, int]:
+        try:
+            return {n: int(c.get(MARKED_DEAD_LINE, 0)) for n, c in
+                    self.target.ray_log_counts(names, [MARKED_DEAD_LINE]).items()}
+        except Exception:  # noqa: BLE001 - corroboration only: unknown stays unknown
+            return {}
+
+    def _read_baseline(self, names: list[str]) -> None:
+        self.logged = self._marked_dead(names)
 
     def observe(self, nodes: list[NodeInfo]) -> list[NodeInfo]:
         """Note the states; each node newly DEAD is reported from a thread of its own (the
         raylet check reads the process table: the sampler's beat must not wait for it)."""
+        if self._baseline is None:
+            self._baseline = threading.Thread(
+                target=self._read_baseline, args=([n.name for n in nodes if not n.is_head],),
+                daemon=True, name="raychaos-death-baseline")
+            self._baseline.start()
         newly = [n for n in nodes if n.state == "DEAD"
                  and self.states.get(n.node_id) in ("ALIVE", "DRAINING")]
         self.states.update({n.node_id: n.state for n in nodes})
@@ -60,10 +80,20 @@ class DeathWatch:
         except Exception as exc:  # noqa: BLE001 - unknown is an answer; the sampler goes on
             alive = {}
             self.timeline.event(Ev.MONITOR_ERROR, "raylet-alive", error=repr(exc))
+        gone = [n.name for n in newly if alive.get(n.node_id) is False and not n.is_head]
+        told: dict[str, bool | None] = {}
+        if gone:  # exited already: did it say the GCS had marked it dead?
+            if self._baseline is not None:
+                self._baseline.join(timeout=10)
+            now = self._marked_dead(gone)
+            told = {n: (now[n] > (self.logged or {}).get(n, 0)) if n in now
+                    and self.logged is not None and n in self.logged else None for n in gone}
         out = []
         for node in newly:
             detail = {"node_id": node.node_id, "raylet_alive": alive.get(node.node_id),
                       "is_head": node.is_head}
+            if node.name in told:
+                detail["told_marked_dead"] = told[node.name]
             self.timeline.write("event", t=seen_at, event=Ev.NODE_DEAD, name=node.name,
                                 detail=detail)
             out.append({"name": node.name, **detail})

@@ -15,13 +15,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from raychaos.config.arguments import Range
+from raychaos.config.rayflags import MARKED_DEAD_LINE
 from raychaos.context import current
 from raychaos.results.store import Ev, read_timeline
 
 __all__ = ["MARKED_DEAD_LINE", "false_node_deaths"]
-
-#: what a raylet logs when it finds out the GCS marked it dead (raylet/node_manager.cc)
-MARKED_DEAD_LINE = "mistakenly been marked as dead by the GCS"
 
 
 def false_node_deaths(settle_s: Annotated[float, Range(0, 600)] = 2.0) -> dict[str, Any]:
@@ -34,10 +32,13 @@ def false_node_deaths(settle_s: Annotated[float, Range(0, 600)] = 2.0) -> dict[s
     run = current()
     run.wait(settle_s)
     deaths = [{"t": round(float(r["t"]), 3), "node": r.get("name"),
-               **{k: (r.get("detail") or {}).get(k) for k in ("node_id", "raylet_alive")}}
+               **{k: (r.get("detail") or {}).get(k) for k in ("node_id", "raylet_alive",
+                                                               "told_marked_dead")}}
               for r in read_timeline(run.timeline.path)
               if r.get("kind") == "event" and r.get("event") == Ev.NODE_DEAD]
-    false = [d for d in deaths if d["raylet_alive"] is True]
+    # false: the raylet ran when the death was seen — or had already exited, having logged
+    # (since the run began) that the GCS marked it dead: it was alive when the GCS declared it
+    false = [d for d in deaths if d["raylet_alive"] is True or d.get("told_marked_dead")]
     unknown = [d for d in deaths if d["raylet_alive"] is None]
     nodes = sorted({str(d["node"]) for d in deaths} | {"head"})
     knew: dict[str, Any]
@@ -48,7 +49,8 @@ def false_node_deaths(settle_s: Annotated[float, Range(0, 600)] = 2.0) -> dict[s
         knew = {"error": str(exc)[:200]}
     evidence: dict[str, Any] = {
         "false_deaths": len(false), "deaths": len(deaths), "false": false,
-        "raylet_not_alive": [d for d in deaths if d["raylet_alive"] is False],
+        "raylet_not_alive": [d for d in deaths if d["raylet_alive"] is False
+                             and not d.get("told_marked_dead")],
         "raylets_that_logged_it": {n: c for n, c in knew.items() if c}}
     if unknown:
         evidence["unobserved"] = [f"{d['node']} ({str(d['node_id'])[:12]})" for d in unknown]
