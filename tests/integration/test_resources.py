@@ -141,7 +141,11 @@ def test_a_ramp_finds_the_knee_and_records_the_head_along_the_way(cluster, tmp_p
     print("RAMP", json.dumps({k: ev[k] for k in ("knee", "broke_at", "reason")}),
           json.dumps([{k: s[k] for k in ("offered", "achieved", "p95_ms", "head_cpu_pct",
                                           "gcs_rss_mb")} for s in ev["table"]]))
-    assert len(ev["table"]) >= 3 and ev["table"][0]["achieved"] > 100
+    # how far it climbs is the machine's (CI with the other lane: 500/s already broke, 445/s
+    # achieved); that it stops at the first step that broke, and says why, is the probe's
+    assert len(ev["table"]) >= 2 and ev["table"][0]["achieved"] > 100
+    if ev["broke_at"] is not None:
+        assert ev["table"][-1]["offered"] == ev["broke_at"] and ev["reason"], ev
     assert any(s["gcs_rss_mb"] for s in ev["table"]), "the GCS's memory along the way"
     assert ev["knee"] is not None and ev["knee"] >= 200
     rows = _rows(summary)
