@@ -22,11 +22,9 @@ not recover within its bound; 2 the harness errored or could not observe, or was
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -135,26 +133,6 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="check experiment files without running anything")
     v.add_argument("experiments", nargs="+")
 
-    loc = sub.add_parser("local", help="the embedded local Ray cluster")
-    loc.add_argument("action", choices=["up", "down", "status"])
-    loc.add_argument("--name", default="raychaos")
-    loc.add_argument("--workers", type=int, default=None)
-    loc.add_argument("--gpu-workers", type=int, default=None)
-    loc.add_argument("--gcs-storage", choices=["rocksdb", "redis", "none"], default=None)
-    loc.add_argument("--state-root", help=argparse.SUPPRESS)
-
-    tb = sub.add_parser("testbed", help="a throwaway KubeRay control plane on this machine: "
-                                        "real etcd, kube-apiserver, controller-manager, "
-                                        "scheduler and KubeRay operator, built from their Go "
-                                        "modules (no Docker, no kind)",
-                        description="build: build the parts that are missing (Go 1.26 and the "
-                                    "Go module proxy; once per version). up: build, start, print "
-                                    "KUBECONFIG and namespace. down: stop what up started and "
-                                    "remove its state. status: its processes and readiness.")
-    tb.add_argument("action", choices=["build", "up", "down", "status"])
-    tb.add_argument("--name", default="default", help="the bed's name (default: default)")
-    tb.add_argument("--namespace", default="ray", help="namespace up creates (default: ray)")
-
     rb = sub.add_parser("rollback", help="undo what a crashed or interrupted run left applied")
     rb.add_argument("results_dir", nargs="?",
                     help="a results folder; with --all the results root (default: results/)")
@@ -177,9 +155,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="relative worsening against the run before that counts as a regression")
     h.add_argument("-o", "--output", help="the HTML page (default: RESULTS_ROOT/history.html)")
 
+    from raychaos.run.clusters import add_cluster_parsers
     from raychaos.run.ramp import add_ramp_parser
     from raychaos.run.review import add_review_parser
 
+    add_cluster_parsers(sub)
     add_ramp_parser(sub, _positive_int)
     add_review_parser(sub)
 
@@ -272,54 +252,6 @@ def _schedule(args: argparse.Namespace) -> int:
     return 0
 
 
-def _local(args: argparse.Namespace) -> int:
-    from raychaos.config.settings import LocalClusterSpec
-    from raychaos.targets.local.target import LocalTarget
-
-    spec = LocalClusterSpec(name=args.name)
-    changes = {k: v for k, v in (("workers", args.workers), ("gpu_workers", args.gpu_workers),
-                                 ("gcs_storage", args.gcs_storage)) if v is not None}
-    try:
-        spec = replace(spec, **changes)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    target = LocalTarget(spec, state_root=args.state_root, progress=print)
-    if args.action == "up":
-        status = target.up()
-        print(f"up: {status['dashboard_url']} (GCS {status['gcs_address']}, {status['mode']} mode)")
-    elif args.action == "down":
-        result = target.down()
-        print(f"down: ended {len(result['killed'])} processes"
-              + (f"; still alive: {result['left']}" if result["left"] else ""))
-        return 1 if result["left"] else 0
-    else:
-        print(json.dumps(target.status(), indent=2, default=str))
-    return 0
-
-
-def _testbed(args: argparse.Namespace) -> int:
-    from raychaos.testbed import bed, build
-
-    if args.action == "build":
-        for name, path in build.build_all().items():
-            print(f"{name}: {path}")
-    elif args.action == "up":
-        b = bed.up(args.name, args.namespace)
-        print(f"up: test bed {b.name!r}, API server {b.server}")
-        for name, pid in b.pids.items():
-            print(f"  {name:24s} pid {pid}")
-        print(f"export KUBECONFIG={b.kubeconfig}\nnamespace: {b.namespace}")
-    elif args.action == "down":
-        stopped = bed.down(args.name)
-        print(f"down: stopped {', '.join(stopped) or 'nothing (all had exited)'}")
-    else:
-        st = bed.status(args.name)
-        print(json.dumps(st, indent=2))
-        return 0 if st["ready"] and all(st["alive"].values()) else 1
-    return 0
-
-
 def _rollback(args: argparse.Namespace) -> int:
     from raychaos.run.crash import rollback_all, rollback_results_dir
 
@@ -408,10 +340,6 @@ def main(argv: list[str] | None = None) -> int:
             return _schedule(args)
         if args.command == "validate":
             return _validate(args)
-        if args.command == "local":
-            return _local(args)
-        if args.command == "testbed":
-            return _testbed(args)
         if args.command == "rollback":
             return _rollback(args)
         if args.command == "report":
@@ -429,8 +357,8 @@ def main(argv: list[str] | None = None) -> int:
             return _history(args)
         if args.command == "list":
             return _list()
-        if args.command in ("ramp", "review"):
-            handler: Callable[[argparse.Namespace], int] = args.handler
+        handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+        if handler is not None:  # the commands that register their own (clusters, ramp, review)
             return handler(args)
     except ConfigError as exc:
         for problem in exc.problems:

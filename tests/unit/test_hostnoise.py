@@ -186,16 +186,14 @@ def _snap(t: float, busy: int, nice: int, total: int) -> tuple:
             0.0, 0.0)
 
 
-def test_work_at_a_lower_priority_is_reported_and_not_noise_unless_the_harness_is_niced_too(
-        monkeypatch):
-    import raychaos.observe.hostnoise as hn
+def test_work_at_a_lower_priority_is_reported_and_not_noise_unless_the_harness_is_niced_too():
+    from raychaos.observe.hostnoise import host_fields
 
     # one second, 2 CPUs (200 jiffies): 150 busy, 100 of them niced strangers, SUT idle
     prev, now = _snap(0.0, 0, 0, 0), _snap(1.0, 150, 100, 200)
-    monkeypatch.setattr(hn, "_own_nice", lambda: 0)
-    rec = hn.host_fields(prev, now, [1.0])
+    rec = host_fields(prev, now, [1.0], harness_nice=0)
     assert rec["nice_cpus"] == 1.0 and rec["busy_cpus"] == 1.5
     assert rec["foreign_cpus"] == 0.5, rec  # the scheduler gives niced work what is idle
-    monkeypatch.setattr(hn, "_own_nice", lambda: 19)  # the harness (and its pods) niced
-    assert hn.host_fields(prev, now, [1.0])["foreign_cpus"] == 1.5
+    # the harness (and its pods) niced
+    assert host_fields(prev, now, [1.0], harness_nice=19)["foreign_cpus"] == 1.5
     assert parse_proc_stat(STAT).nice == 212

@@ -166,6 +166,7 @@ class HostNoise:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._own = _OwnCpu()
+        self._nice = _own_nice()  # read once: the sensor thread raises its own priority
         self.cpu_seconds = 0.0  # what the sensor's thread itself spent
         self.records = 0
 
@@ -202,7 +203,7 @@ class HostNoise:
             cpu0 = time.thread_time()
             now = self._snapshot()
             try:
-                self.timeline.write("host", **host_fields(prev, now, lags))
+                self.timeline.write("host", **host_fields(prev, now, lags, self._nice))
                 self.records += 1
             except Exception:  # noqa: BLE001, S110 - a closed timeline: the run is over
                 pass
@@ -225,8 +226,9 @@ class HostNoise:
 
 def host_fields(prev: tuple[float, ProcStat | None, float, float | None],
                 now: tuple[float, ProcStat | None, float, float | None],
-                lags: list[float]) -> dict[str, Any]:
-    """One ``host`` record from two snapshots (monotonic, /proc/stat, own s, SUT s)."""
+                lags: list[float], harness_nice: int = 0) -> dict[str, Any]:
+    """One ``host`` record from two snapshots (monotonic, /proc/stat, own s, SUT s);
+    ``harness_nice``: the harness's own nice value (niced, the nice column is partly its own)."""
     dt = max(now[0] - prev[0], 1e-6)
     ps0, ps1 = prev[1], now[1]
     busy = steal = nice = None
@@ -239,7 +241,7 @@ def host_fields(prev: tuple[float, ProcStat | None, float, float | None],
     own = max(0.0, now[2] - prev[2]) / dt
     sut = (max(0.0, now[3] - prev[3]) / dt) if now[3] is not None and prev[3] is not None \
         else None
-    yielding = (nice or 0.0) if _own_nice() <= 0 else 0.0  # see the module docstring
+    yielding = (nice or 0.0) if harness_nice <= 0 else 0.0  # see the module docstring
     foreign = None if busy is None else max(0.0, busy - yielding - own - (sut or 0.0))
     arr = np.asarray(lags or [0.0])
     return {"timer_lag_ms_p95": round(float(np.percentile(arr, 95, method="higher")), 2),
@@ -252,7 +254,7 @@ def host_fields(prev: tuple[float, ProcStat | None, float, float | None],
 
 
 def _own_nice() -> int:
-    """The harness process's nice value (its main thread's: the sensor thread raises its own)."""
+    """The harness process's nice value (its main thread's)."""
     try:
         return int(psutil.Process().nice())
     except psutil.Error:

@@ -85,9 +85,8 @@ class DeathWatch:
         if gone:  # exited already: did it say the GCS had marked it dead?
             if self._baseline is not None:
                 self._baseline.join(timeout=10)
-            now = self._marked_dead(gone)
-            told = {n: (now[n] > (self.logged or {}).get(n, 0)) if n in now
-                    and self.logged is not None and n in self.logged else None for n in gone}
+            now, before = self._marked_dead(gone), self.logged or {}
+            told = {n: now[n] > before[n] if n in now and n in before else None for n in gone}
         out = []
         for node in newly:
             detail = {"node_id": node.node_id, "raylet_alive": alive.get(node.node_id),

@@ -42,6 +42,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from scipy.stats import binomtest
+
 from raychaos.catalog import stats_format
 from raychaos.config.metrics import METRICS, probe_of
 from raychaos.config.settings import MIN_SAMPLES, HostNoiseSpec, SloProfile, SloSpec
@@ -160,9 +162,9 @@ def _time_back(slo: SloSpec, records: list[dict[str, Any]], wins: Wins, who: str
     if "chaos" not in wins:
         return None, "n/a", {"note": "the run has no chaos window (no fault was applied)"}
     end = load_end(records)
-    backs = {}
+    backs, rows_of = {}, {}
     for name in [slo.load] if slo.load else load_names(records):
-        rows = series(records, name, end)
+        rows = rows_of[name] = series(records, name, end)
         pace = baseline_pace(rows, wins["baseline"]) if "baseline" in wins else None
         if not pace:
             return None, "error", {"note": f"not measured: no baseline throughput of {name}"}
@@ -173,8 +175,8 @@ def _time_back(slo: SloSpec, records: list[dict[str, Any]], wins: Wins, who: str
         # miss like a measured one (and, while the load still completes work, judged against
         # the host noise as one); short of it the run did not watch long enough to say
         observed = round(max(0.0, end - wins["chaos"][1]), 3)
-        alive = all(sum(int(r.get("count") or 0) for r in series(records, n, end)
-                        if r["t"] - 0.5 >= wins["chaos"][1]) > 0
+        alive = all(any(int(r.get("count") or 0) for r in rows_of[n]
+                        if r["t"] - 0.5 >= wins["chaos"][1])
                     for n, v in backs.items() if v is None)
         evidence.update(observed_s=observed, completing=alive)
         note = (f"{who} never came back to 90 % of baseline throughput in the {observed:g} s "
@@ -285,16 +287,6 @@ def backlog_drained(records: list[dict[str, Any]], wins: Wins, load: str | None
     return next((t for t, w in waiting if t - 0.5 >= chaos_end and w <= usual + 1), None)
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of ``k`` events in ``n`` trials (95 % by default)."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def _shortfall(slo: SloSpec, evidence: dict[str, Any], records: list[dict[str, Any]],
                wins: Wins, need: int) -> str | None:
     """Why a load figure has too few samples to be judged, or None (see the module docstring;
@@ -311,9 +303,9 @@ def _shortfall(slo: SloSpec, evidence: dict[str, Any], records: list[dict[str, A
         if slo.metric == "task_failure_ratio":
             # a ratio whose whole 95 % interval lies on one side of the bound is told by its
             # few samples: 74 of 75 requests lost is a fail however many more would have come
-            lo, hi = wilson(int(evidence.get("failures") or 0), n)
-            evidence["interval"] = [round(lo, 4), round(hi, 4)]
-            if lo > slo.threshold or hi < slo.threshold:
+            ci = binomtest(int(evidence.get("failures") or 0), n).proportion_ci(method="wilson")
+            evidence["interval"] = [round(float(ci.low), 4), round(float(ci.high), 4)]
+            if ci.low > slo.threshold or ci.high < slo.threshold:
                 return None
         return f"{n} samples in {slo.window}, fewer than the {need} the check needs"
     if slo.metric in ("throughput_ratio", "throughput_recovery_s") and "baseline" in wins:

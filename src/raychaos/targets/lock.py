@@ -17,7 +17,7 @@ from typing import Any
 
 from raychaos.errors import TargetBusy
 
-__all__ = ["FileLock", "holder_text"]
+__all__ = ["FileLock", "holder_text", "pid_alive"]
 
 
 def holder_text(holder: dict[str, Any]) -> str:
@@ -26,7 +26,8 @@ def holder_text(holder: dict[str, Any]) -> str:
             f"since {since})")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not; another user's process does)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -91,7 +92,7 @@ class FileLock:
             return True
         if holder.get("host") != socket.gethostname():
             return False  # cannot tell from here; the user decides
-        return not _pid_alive(pid)
+        return not pid_alive(pid)
 
     def clear_stale(self, run_id: str) -> bool:
         """Remove the lock a crashed run ``run_id`` left (its PID dead); True when removed."""

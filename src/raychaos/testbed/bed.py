@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from raychaos.errors import RaychaosError
+from raychaos.targets.lock import pid_alive
 from raychaos.testbed import build
 
 __all__ = ["Bed", "down", "status", "up"]
@@ -78,20 +79,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours is gone
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 class _Api:
     """Just enough of the API over HTTPS for the bed itself (the harness has its own client)."""
 
@@ -124,7 +111,7 @@ def _wait(what: str, check: Callable[[], bool], pid: int, log: Path,
     while time.monotonic() < deadline:
         if check():
             return
-        if not _alive(pid):
+        if not pid_alive(pid):
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-12:]) \
                 if log.exists() else ""
             raise BedError(f"{what} exited while starting (log {log}):\n{tail}")
@@ -273,17 +260,17 @@ def _stop(pids: dict[str, int], grace_s: float = 10.0) -> list[str]:
     stopped = []
     for name in reversed([n for n in ORDER if n in pids]):
         pid = pids[name]
-        if not _alive(pid):
+        if not pid_alive(pid):
             continue
         try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             continue
         deadline = time.monotonic() + grace_s
-        while _alive(pid) and time.monotonic() < deadline:
+        while pid_alive(pid) and time.monotonic() < deadline:
             _reap(pid)
             time.sleep(0.1)
-        if _alive(pid):
+        if pid_alive(pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -325,6 +312,6 @@ def status(name: str = "default") -> dict[str, Any]:
     root = Path(data["root"])
     api = _Api(data["server"], (root / "tokens.csv").read_text().split(",")[0],
                root / "certs" / "apiserver.crt")
-    data["alive"] = {k: _alive(int(v)) for k, v in data["pids"].items()}
+    data["alive"] = {k: pid_alive(int(v)) for k, v in data["pids"].items()}
     data["ready"] = api.ok("/readyz")
     return data

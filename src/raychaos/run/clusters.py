@@ -1,0 +1,88 @@
+"""The commands that bring a cluster up or down for a user: ``raychaos local`` (the embedded
+Ray cluster) and ``raychaos testbed`` (a KubeRay control plane of real parts); each registers
+its parser and handler on the command line's subparsers, as ``ramp`` and ``review`` do."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from typing import Any
+
+__all__ = ["add_cluster_parsers", "local", "testbed"]
+
+
+def add_cluster_parsers(sub: Any) -> None:
+    """``raychaos local`` and ``raychaos testbed`` on the command line's subparsers."""
+    loc = sub.add_parser("local", help="the embedded local Ray cluster")
+    loc.add_argument("action", choices=["up", "down", "status"])
+    loc.add_argument("--name", default="raychaos")
+    loc.add_argument("--workers", type=int, default=None)
+    loc.add_argument("--gpu-workers", type=int, default=None)
+    loc.add_argument("--gcs-storage", choices=["rocksdb", "redis", "none"], default=None)
+    loc.add_argument("--state-root", help=argparse.SUPPRESS)
+    loc.set_defaults(handler=local)
+
+    tb = sub.add_parser("testbed", help="a throwaway KubeRay control plane on this machine: "
+                                        "real etcd, kube-apiserver, controller-manager, "
+                                        "scheduler and KubeRay operator, built from their Go "
+                                        "modules (no Docker, no kind)",
+                        description="build: build the parts that are missing (Go 1.26 and the "
+                                    "Go module proxy; once per version). up: build, start, print "
+                                    "KUBECONFIG and namespace. down: stop what up started and "
+                                    "remove its state. status: its processes and readiness.")
+    tb.add_argument("action", choices=["build", "up", "down", "status"])
+    tb.add_argument("--name", default="default", help="the bed's name (default: default)")
+    tb.add_argument("--namespace", default="ray", help="namespace up creates (default: ray)")
+    tb.set_defaults(handler=testbed)
+
+
+def local(args: argparse.Namespace) -> int:
+    """``raychaos local up|down|status``: the embedded local Ray cluster."""
+    from raychaos.config.settings import LocalClusterSpec
+    from raychaos.targets.local.target import LocalTarget
+
+    spec = LocalClusterSpec(name=args.name)
+    changes = {k: v for k, v in (("workers", args.workers), ("gpu_workers", args.gpu_workers),
+                                 ("gcs_storage", args.gcs_storage)) if v is not None}
+    try:
+        spec = replace(spec, **changes)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    target = LocalTarget(spec, state_root=args.state_root, progress=print)
+    if args.action == "up":
+        status = target.up()
+        print(f"up: {status['dashboard_url']} (GCS {status['gcs_address']}, {status['mode']} mode)")
+    elif args.action == "down":
+        result = target.down()
+        print(f"down: ended {len(result['killed'])} processes"
+              + (f"; still alive: {result['left']}" if result["left"] else ""))
+        return 1 if result["left"] else 0
+    else:
+        print(json.dumps(target.status(), indent=2, default=str))
+    return 0
+
+
+def testbed(args: argparse.Namespace) -> int:
+    """``raychaos testbed build|up|down|status``: the real KubeRay control plane."""
+    from raychaos.testbed import bed, build
+
+    if args.action == "build":
+        for name, path in build.build_all().items():
+            print(f"{name}: {path}")
+    elif args.action == "up":
+        b = bed.up(args.name, args.namespace)
+        print(f"up: test bed {b.name!r}, API server {b.server}")
+        for name, pid in b.pids.items():
+            print(f"  {name:24s} pid {pid}")
+        print(f"export KUBECONFIG={b.kubeconfig}\nnamespace: {b.namespace}")
+    elif args.action == "down":
+        stopped = bed.down(args.name)
+        print(f"down: stopped {', '.join(stopped) or 'nothing (all had exited)'}")
+    else:
+        st = bed.status(args.name)
+        print(json.dumps(st, indent=2))
+        return 0 if st["ready"] and all(st["alive"].values()) else 1
+    return 0
