@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["LIVE_METRICS", "METRICS", "Metric", "SLO_METRICS", "probe_of"]
+__all__ = ["BASELINE_PACE_METRICS", "LIVE_METRICS", "METRICS", "Metric", "SLO_METRICS",
+           "probe_of"]
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,8 @@ _ALL = [
 METRICS: dict[str, Metric] = {m.name: m for m in _ALL}
 SLO_METRICS: dict[str, Metric] = {m.name: m for m in _ALL if m.slo}
 LIVE_METRICS: dict[str, Metric] = {m.name: m for m in _ALL if m.live}
+#: load metrics read against the same load's baseline pace (a ratio to it, a time back to it)
+BASELINE_PACE_METRICS = ("throughput_ratio", "throughput_recovery_s")
 
 
 def probe_of(metric: str) -> str | None:

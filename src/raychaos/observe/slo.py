@@ -45,7 +45,7 @@ from typing import Any
 from scipy.stats import binomtest
 
 from raychaos.catalog import stats_format
-from raychaos.config.metrics import METRICS, probe_of
+from raychaos.config.metrics import BASELINE_PACE_METRICS, METRICS, probe_of
 from raychaos.config.settings import MIN_SAMPLES, HostNoiseSpec, SloProfile, SloSpec
 from raychaos.observe.hostnoise import NoiseBounds, noise_by_window, noise_high, noise_louder
 from raychaos.observe.loadstats import (
@@ -308,7 +308,7 @@ def _shortfall(slo: SloSpec, evidence: dict[str, Any], records: list[dict[str, A
             if ci.low > slo.threshold or ci.high < slo.threshold:
                 return None
         return f"{n} samples in {slo.window}, fewer than the {need} the check needs"
-    if slo.metric in ("throughput_ratio", "throughput_recovery_s") and "baseline" in wins:
+    if slo.metric in BASELINE_PACE_METRICS and "baseline" in wins:
         base, _ = aggregate(records, wins, "baseline", slo.load)
         evidence["baseline_samples"] = base["count"]
         evidence["min_samples"] = need
@@ -342,8 +342,7 @@ def _noise_reason(slo: SloSpec, verdict: str, wins: Wins, noise: dict[str, dict[
     judged = noise.get(name) or {}
     if (judged.get("samples") or 0) < bounds.min_samples:
         return None  # no sensor (an older timeline) or a window too short to say: as before
-    relative = bool(slo.relative_to) or slo.metric in ("throughput_ratio",
-                                                       "throughput_recovery_s")
+    relative = bool(slo.relative_to) or slo.metric in BASELINE_PACE_METRICS
     if not relative:
         return noise_high(judged, name, bounds) if verdict == "fail" else None
     base = noise.get("baseline") or {}

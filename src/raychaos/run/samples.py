@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from raychaos.config.metrics import METRICS
-from raychaos.config.settings import SloProfile
+from raychaos.config.metrics import BASELINE_PACE_METRICS, METRICS
+from raychaos.config.settings import SloProfile, SloSpec
 from raychaos.observe.loadstats import aggregate, load_names
 from raychaos.observe.slo import backlog_drained
 from raychaos.observe.windows import windows
@@ -29,11 +29,7 @@ EXTRA_HOLD_S = 30.0
 MARGIN = 5
 
 
-#: metrics whose check compares its window with the baseline, or reads the baseline's pace
-_READ_BASELINE = ("throughput_ratio", "throughput_recovery_s")
-
-
-def _reads(slo: Any, window: str) -> bool:
+def _reads(slo: SloSpec, window: str) -> bool:
     """Whether a load check needs samples in ``window``: its own window, and the baseline when
     it is compared with it (relative, throughput). A failure ratio over the run needs nothing
     of the baseline: holding the baseline for it kept a run whose storm was failing every task
@@ -41,7 +37,7 @@ def _reads(slo: Any, window: str) -> bool:
     failed the run's own sentinel."""
     if slo.window == window:
         return True
-    return window == "baseline" and (bool(slo.relative_to) or slo.metric in _READ_BASELINE)
+    return window == "baseline" and (bool(slo.relative_to) or slo.metric in BASELINE_PACE_METRICS)
 
 
 def needs(profile: SloProfile | None, window: str) -> dict[str | None, tuple[int, bool]]:
