@@ -102,20 +102,27 @@ def test_a_flapping_gcs_has_not_recovered(run):
     r = run(outage_s=0.2)
     kill_head(mode="head", wait_s=5)
     answer = r.target.observe
-    samples = itertools.count()
+    answers = itertools.count()
+    asked = []
 
     def flapping(deadline_s: float = 0.1) -> Observation:
-        """From the first answer on, two samples in four find the GCS gone again (one alone
-        would read as a slow answer): driven by the monitor's samples, not the clock, so a box
-        too busy to sample often changes nothing (a clock-driven flap once went unseen for the
-        whole stable window under a busy test lane)."""
+        """From the first answer on, two samples in three find the GCS gone again (one alone
+        would read as a slow answer), so no two answers in a row: no run of answers lasts at all,
+        however far apart a busy box takes its samples (with two answers in a row, a CI lane
+        that sampled once a second read them as a second of stability)."""
         seen = answer(deadline_s)
-        if seen.up and next(samples) % 4 >= 2:
+        asked.append(seen.up)
+        if seen.up and next(answers) % 3 != 0:
             return Observation(False, error="fake: the GCS went away again")
         return seen
 
     r.target.observe = flapping  # type: ignore[method-assign]
-    ev = gcs_recovery(timeout_s=1.5, stable_s=1.0)
+    # the monitor's samples, not the clock, decide when there is enough to judge: two full
+    # cycles of answer-gone-gone after the first answer (a minute is only the give-up)
+    deadline = time.monotonic() + 60
+    while sum(asked) < 7 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ev = gcs_recovery(timeout_s=0.5, stable_s=1.0)
     assert not ev["recovered"] and ev["gcs_recovery_s"] is None
     assert ev["gcs_flaps_after_first_answer"] >= 2
 

@@ -179,7 +179,9 @@ def test_reads_are_retried_with_backoff(dashboard):
     delays: list[float] = []
     dashboard.fail_next = 2
     target = FlakyTarget(dashboard.url)
-    value = with_backoff(lambda: target._get("/api/jobs/x", 0.5)["status"], attempts=4,
+    # a generous read deadline: a loaded box once answered the third request after 0.5 s, the
+    # client gave up on it and asked a fourth time (the backoff is under test, not the deadline)
+    value = with_backoff(lambda: target._get("/api/jobs/x", 30.0)["status"], attempts=4,
                          first_delay_s=0.01, sleep=lambda d: delays.append(d))
     assert value == "RUNNING" and dashboard.requests == 3
     assert delays == [0.01, 0.02], "exponential backoff"
