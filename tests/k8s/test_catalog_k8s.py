@@ -288,7 +288,12 @@ def test_the_head_breaking_point_ramp_finds_its_knee_on_kubernetes(world, tmp_pa
     SECONDS["head-breaking-point"] = time.monotonic() - t0
     [probe] = [p for p in summary["probes"] if p["name"] == "ramp_knee"]
     ev = probe["evidence"]
-    assert len(ev["table"]) >= 3 and ev["table"][0]["achieved"] > 100, ev["table"]
+    # how far it climbs is the machine's (CI with the other lane: the second step, 500/s, held
+    # at 499.67 and the third broke); that it stops at the first step that broke, and says why,
+    # is the probe's
+    assert len(ev["table"]) >= 2 and ev["table"][0]["achieved"] > 100, ev["table"]
+    if ev["broke_at"] is not None:
+        assert ev["table"][-1]["offered"] == ev["broke_at"] and ev["reason"], ev
     assert any(s["gcs_rss_mb"] for s in ev["table"]), "the GCS's memory along the way"
     assert ev["knee"] is not None and ev["knee"] >= 200, ev
     assert code in (0, 1) and not summary["errors"], out[-3000:]
