@@ -236,6 +236,12 @@ def test_gcs_kill_restarts_the_head_container_in_place(world, api, harness):
     assert workers_before <= set(after)
     # the restarted container writes new logs; the count goes on from the old ones
     assert wait(lambda: gcs_starts(harness) == 2, 30, "a second GCS start counted")
+    # what the harness reads of a container gone between two looks: ``ray start --block``
+    # printed the dead process's log tail as it ended, kept as the previous container's log
+    # (its last 200 lines: the start, long scrolled out here, is counted once from the files)
+    prev = api.read_namespaced_pod_log(head["metadata"]["name"], "ray", container="ray-head",
+                                       previous=True)
+    assert "BEGIN gcs_server.out tail" in prev and "(gcs_server) gcs_" in prev, prev[-2000:]
 
 
 def test_the_harness_kills_the_whole_head_container_and_sees_it_back(world, harness):

@@ -82,6 +82,7 @@ class DeathWatch:
             self.timeline.event(Ev.MONITOR_ERROR, "raylet-alive", error=repr(exc))
         gone = [n.name for n in newly if alive.get(n.node_id) is False and not n.is_head]
         told: dict[str, bool | None] = {}
+        before: dict[str, int] = {}
         if gone:  # exited already: did it say the GCS had marked it dead?
             if self._baseline is not None:
                 self._baseline.join(timeout=10)
@@ -93,6 +94,10 @@ class DeathWatch:
                       "is_head": node.is_head}
             if node.name in told:
                 detail["told_marked_dead"] = told[node.name]
+                if told[node.name] is None:  # say which count is missing
+                    detail["told_unknown"] = ("its logs were not read when the watch began"
+                                              if node.name not in before else
+                                              "its logs could not be read after it died")
             self.timeline.write("event", t=seen_at, event=Ev.NODE_DEAD, name=node.name,
                                 detail=detail)
             out.append({"name": node.name, **detail})

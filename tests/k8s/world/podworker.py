@@ -236,7 +236,8 @@ class PodWorker(threading.Thread):
             code = c.exit_code()
             term = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
                     "startedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(c.started_at)),
-                    "finishedAt": now(), "containerID": f"world://{self.uid[:8]}-{name}"}
+                    "finishedAt": now(),  # the ID it ran under (the kubelet's, not a new one)
+                    "containerID": f"world://{self.uid[:8]}-{name}-{st['restarts']}"}
             ran = time.time() - c.started_at
             c.kill()  # whatever the container left in its namespace
             self.containers.pop(name, None)

@@ -123,14 +123,20 @@ def ray_log_counts(self: KubernetesTarget, nodes: list[str], needles: list[str]
     """Lines of Ray's own logs in each named pod (``head``, ``worker-N`` or a pod name) that
     contain each needle, counted by ``grep`` in the pod through an exec; cumulative over the
     run: a restarted container or a replaced pod starts its logs again, and what the earlier
-    one had counted is kept. A pod is asked at most every 5 s (the last answer in between); one
-    that cannot be asked (gone, the exec refused) is left out."""
+    one had counted is kept. A pod is asked at most every 5 s (the last answer in between).
+
+    A container that exited (its raylet died: ``ray start --block`` ends and prints the last
+    200 lines of the dead process's ``.out``/``.err``) takes its files with it: what it wrote
+    after the last look is read from its output (the pod's log, ``previous`` once it was
+    restarted), so a raylet that logged a line and exited between two looks still counts it.
+    A pod that cannot be asked either way (gone, the exec and the log refused) is left out."""
     handle = self._handle()
     cache = self.log_counts
     out: dict[str, dict[str, int]] = {}
     script = (f"cat {RAY_LOG_GLOB}/*.out {RAY_LOG_GLOB}/*.err {RAY_LOG_GLOB}/*.log "
               "2>/dev/null | grep -F -o " + " ".join(f"-e {shlex.quote(n)}" for n in needles)
               + " | sort | uniq -c")
+    zero = dict.fromkeys(needles, 0)
     for name in nodes:
         key = (name, tuple(needles))
         last = cache.get(key)
@@ -139,29 +145,82 @@ def ray_log_counts(self: KubernetesTarget, nodes: list[str], needles: list[str]
             continue
         try:
             pod = handle.pod_named(name)
-            ran = exec_in(handle.api, handle.ns, pod["metadata"]["name"],
-                          pod["spec"]["containers"][0]["name"], ["sh", "-c", script],
-                          timeout=10)
         except (TargetUnavailable, KubeApiError, NothingMatched):
             continue
-        if ran.code not in (0, 1):  # grep's 1: nothing matched
-            continue
-        seen = dict.fromkeys(needles, 0)
-        for line in ran.stdout.splitlines():  # "      3 NEEDLE" (a needle may end in a space)
-            count, _, text = line.lstrip().partition(" ")
-            if text in seen and count.isdigit():
-                seen[text] = int(count)
-        uid = pod["metadata"].get("uid")
-        restarts = sum(int(c.get("restartCount") or 0) for c in
-                       (pod.get("status") or {}).get("containerStatuses") or [])
-        base = dict(last["base"]) if last else dict.fromkeys(needles, 0)
-        if last and (last["uid"], last["restarts"]) != (uid, restarts):
-            base = {n: base[n] + last["seen"][n] for n in needles}  # the earlier logs' share
+        container = pod["spec"]["containers"][0]["name"]
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        status: dict[str, Any] = next((c for c in statuses if c.get("name") == container), {})
+        running = "running" in (status.get("state") or {})
+        seen = _grep_in(handle, pod, container, script, needles) if running else None
+        # the container of each count: a pod replaced or a container restarted is another one
+        cid = f"{pod['metadata'].get('uid')}/{status.get('containerID') or ''}"
+        exited = _exited(pod, status)
+        base, last_cid, last_seen = ((dict(last["base"]), last["cid"], dict(last["seen"]))
+                                     if last else (dict(zero), None, dict(zero)))
+        told = None
+        if last_cid is not None and exited is not None and exited[0] == last_cid:
+            # the container of the last look has exited: its output has what it wrote after
+            told = _count_in_output(handle, pod, container, exited[1], needles)
+            if told is not None:
+                last_seen = {n: max(last_seen[n], told[n]) for n in needles}
+        if seen is None:  # not running (or the exec refused): the exited one's output
+            if exited is None:
+                continue
+            if exited[0] != last_cid:
+                told = _count_in_output(handle, pod, container, exited[1], needles)
+            if told is None:
+                continue
+            seen, cid = (last_seen, last_cid) if exited[0] == last_cid else (told, exited[0])
+        if last_cid is not None and cid != last_cid:
+            base = {n: base[n] + last_seen[n] for n in needles}  # the earlier logs' share
         total = {n: base[n] + seen[n] for n in needles}
-        cache[key] = {"at": time.monotonic(), "uid": uid, "restarts": restarts, "seen": seen,
-                      "base": base, "total": total}
+        cache[key] = {"at": time.monotonic(), "cid": cid, "seen": seen, "base": base,
+                      "total": total}
         out[name] = dict(total)
     return out
+
+
+def _grep_in(handle: Any, pod: dict[str, Any], container: str, script: str,
+             needles: list[str]) -> dict[str, int] | None:
+    """Each needle's count in the running container's Ray logs (None: the exec refused)."""
+    try:
+        ran = exec_in(handle.api, handle.ns, pod["metadata"]["name"], container,
+                      ["sh", "-c", script], timeout=10)
+    except (TargetUnavailable, KubeApiError):
+        return None
+    if ran.code not in (0, 1):  # grep's 1: nothing matched
+        return None
+    seen = {n: 0 for n in needles}
+    for line in ran.stdout.splitlines():  # "      3 NEEDLE" (a needle may end in a space)
+        count, _, text = line.lstrip().partition(" ")
+        if text in seen and count.isdigit():
+            seen[text] = int(count)
+    return seen
+
+
+def _exited(pod: dict[str, Any], status: dict[str, Any]) -> tuple[str, bool] | None:
+    """The last container that exited in this pod, as (its key, is it the ``previous`` one):
+    the one terminated now, else the last state's (restarted since, or waiting to be)."""
+    uid = pod["metadata"].get("uid")
+    term = (status.get("state") or {}).get("terminated")
+    if term and term.get("containerID"):
+        return f"{uid}/{term['containerID']}", False
+    term = (status.get("lastState") or {}).get("terminated")
+    if term and term.get("containerID"):
+        return f"{uid}/{term['containerID']}", True
+    return None
+
+
+def _count_in_output(handle: Any, pod: dict[str, Any], container: str, previous: bool,
+                     needles: list[str]) -> dict[str, int] | None:
+    """Each needle's count in a container's output (the pod's log; None: it was refused)."""
+    try:
+        text = handle.api.read_text(handle.api.core.read_namespaced_pod_log,
+                                    pod["metadata"]["name"], handle.ns, container=container,
+                                    previous=previous)
+    except (TargetUnavailable, KubeApiError):
+        return None
+    return {n: text.count(n) for n in needles}
 
 
 def network_counters(self: KubernetesTarget) -> dict[str, dict[str, int]]:
