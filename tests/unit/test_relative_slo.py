@@ -109,6 +109,24 @@ def test_a_load_that_completed_nothing_fails_however_few_samples():
     assert row["verdict"] == "fail" and "stalled" in row["evidence"]["note"], row
 
 
+@pytest.mark.parametrize("slo", [relative(), SloSpec(
+    name="p95", metric="p95_latency_ms", window="recovery", load="serve", op="<=",
+    threshold=500)], ids=["relative", "absolute"])
+def test_nothing_completed_in_a_stretch_too_short_to_expect_anything_is_not_a_stall(slo):
+    """The loads stopped 0.1 s into recovery (the harness's hold ended): at 30/s that stretch
+    expects 3 completions, and none is no stall — as a CI run once read a 3 s recovery hold
+    that ended 0.25 s after the Serve backlog drained. The same silence over the seconds the
+    load still ran is one (the stall above)."""
+    quiet = [r for r in timeline() if not (r["kind"] == "load" and r["t"] > 16)]
+    stopped = sorted(quiet + [{"t": 16.1, "kind": "event", "event": "loads_stopped"}],
+                     key=lambda r: r["t"])
+    row = judge(slo, stopped)
+    assert row["verdict"] == "inconclusive", row
+    assert "s of the load" in row["evidence"]["inconclusive"], row  # 0.1 s; 0 whole seconds
+    row = judge(slo, quiet)
+    assert row["verdict"] == "fail" and "stalled" in row["evidence"]["note"], row
+
+
 def test_a_slow_recovery_on_a_busy_host_is_inconclusive_and_names_the_noise():
     busy = timeline(recovery_ms=200, noise={"recovery": (1.1, 3.0)})
     row = judge(relative(), busy)

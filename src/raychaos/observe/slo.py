@@ -76,6 +76,13 @@ OPS = {
 Wins = dict[str, tuple[float, float]]
 Measured = tuple[float | None, str, dict[str, Any]]  # (value, verdict when None, evidence)
 
+#: completions a load's baseline pace must expect in a stretch before finding none there is a
+#: stall: at 5, a load at that pace completes nothing by chance 0.7 % of the time (Poisson);
+#: fewer, and nothing completed says no more than that the stretch was short (CI: a 3 s
+#: recovery hold ended 0.25 s after the Serve backlog drained; "0 samples, stalled" failed
+#: a healthy head kill)
+STALL_EXPECTED = 5.0
+
 
 def said(unobserved: Any) -> str:
     """A probe's ``unobserved`` (a list of things, or one) as words."""
@@ -245,6 +252,11 @@ def _relative(slo: SloSpec, records: list[dict[str, Any]], wins: Wins, need: int
         return None, "inconclusive", {**evidence, "inconclusive": (
             f"{n_base} samples in baseline, fewer than the {need} the check needs")}
     if n_mine == 0:
+        lo, hi = judged[slo.window]
+        live = max(0.0, min(hi, load_end(records)) - lo)  # before the loads were stopped
+        short = _too_short_to_stall(records, wins, slo.load, live, slo.window)
+        if short:
+            return None, "inconclusive", {**evidence, "inconclusive": short}
         return None, "fail", {**evidence, "note": f"no completions in {slo.window}: {who} "
                                                   "stalled"}
     if n_mine < need:
@@ -287,6 +299,20 @@ def backlog_drained(records: list[dict[str, Any]], wins: Wins, load: str | None
     return next((t for t, w in waiting if t - 0.5 >= chaos_end and w <= usual + 1), None)
 
 
+def _too_short_to_stall(records: list[dict[str, Any]], wins: Wins, load: str | None,
+                        seconds: float, window: str) -> str | None:
+    """Why a stretch of ``seconds`` in which a load completed nothing does not show it stalled
+    (its baseline pace expects fewer than STALL_EXPECTED completions there), or None."""
+    if "baseline" not in wins:
+        return None
+    pace = aggregate(records, wins, "baseline", load)[0]["throughput"] or 0.0
+    if pace * seconds >= STALL_EXPECTED:
+        return None
+    return (f"nothing completed, but the {window} window held only {seconds:.1f} s of the load "
+            f"(at its baseline pace {pace:.1f}/s: {pace * seconds:.1f} completions, fewer than "
+            f"the {STALL_EXPECTED:.0f} that make none a stall)")
+
+
 def _shortfall(slo: SloSpec, evidence: dict[str, Any], records: list[dict[str, Any]],
                wins: Wins, need: int) -> str | None:
     """Why a load figure has too few samples to be judged, or None (see the module docstring;
@@ -298,6 +324,9 @@ def _shortfall(slo: SloSpec, evidence: dict[str, Any], records: list[dict[str, A
                                                if slo.metric == "task_failure_ratio" else 0)
         evidence.setdefault("samples", n)
         evidence["min_samples"] = need
+        if n == 0 and not int(evidence.get("failures") or 0):
+            return _too_short_to_stall(records, wins, slo.load,
+                                       float(evidence.get("seconds") or 0), slo.window)
         if not 0 < n < need:
             return None
         if slo.metric == "task_failure_ratio":
