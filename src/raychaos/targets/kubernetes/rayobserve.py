@@ -157,20 +157,17 @@ def ray_log_counts(self: KubernetesTarget, nodes: list[str], needles: list[str]
         exited = _exited(pod, status)
         base, last_cid, last_seen = ((dict(last["base"]), last["cid"], dict(last["seen"]))
                                      if last else (dict(zero), None, dict(zero)))
-        told = None
-        if last_cid is not None and exited is not None and exited[0] == last_cid:
-            # the container of the last look has exited: its output has what it wrote after
-            told = _count_in_output(handle, pod, container, exited[1], needles)
-            if told is not None:
-                last_seen = {n: max(last_seen[n], told[n]) for n in needles}
-        if seen is None:  # not running (or the exec refused): the exited one's output
-            if exited is None:
+        # the exited container's output, read once: for the container of the last look (what
+        # it wrote after that look), or for the count itself when nothing runs to grep in
+        same = exited is not None and exited[0] == last_cid
+        told = _count_in_output(handle, pod, container, exited[1], needles) \
+            if exited is not None and (same or seen is None) else None
+        if same and told is not None:
+            last_seen = {n: max(last_seen[n], told[n]) for n in needles}
+        if seen is None:  # not running (or the exec refused)
+            if exited is None or told is None:
                 continue
-            if exited[0] != last_cid:
-                told = _count_in_output(handle, pod, container, exited[1], needles)
-            if told is None:
-                continue
-            seen, cid = (last_seen, last_cid) if exited[0] == last_cid else (told, exited[0])
+            seen, cid = (last_seen if same else told), exited[0]
         if last_cid is not None and cid != last_cid:
             base = {n: base[n] + last_seen[n] for n in needles}  # the earlier logs' share
         total = {n: base[n] + seen[n] for n in needles}
@@ -190,7 +187,7 @@ def _grep_in(handle: Any, pod: dict[str, Any], container: str, script: str,
         return None
     if ran.code not in (0, 1):  # grep's 1: nothing matched
         return None
-    seen = {n: 0 for n in needles}
+    seen = dict.fromkeys(needles, 0)
     for line in ran.stdout.splitlines():  # "      3 NEEDLE" (a needle may end in a space)
         count, _, text = line.lstrip().partition(" ")
         if text in seen and count.isdigit():
