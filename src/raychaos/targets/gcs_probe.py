@@ -128,7 +128,10 @@ class GcsAnswer:
     at: float  # wall-clock time the question was asked (time.time())
     latency_s: float
     nodes: tuple[GcsNode, ...] = ()
-    cluster_id: str | None = None  # hex, as of the latest GetClusterId
+    # hex, from a GetClusterId answered since the GCS last failed to answer; None until then
+    # (the first answer after an outage may have had no time left for that call: the ID it
+    # would carry is the old GCS's, and a GCS restarted without FT has a new one)
+    cluster_id: str | None = None
     error: str | None = None  # gRPC status name (UNAVAILABLE, DEADLINE_EXCEEDED, ...) + detail
     incarnation: int = 0  # bumped when the probe sees the GCS come back as a new process
     # with ask(reports=True): node id -> the GCS got this raylet's own report (node_reports)
@@ -338,7 +341,8 @@ class GcsProbe:
         if "usage" in results:
             reported, views = self._update_reports(at, nodes, results["usage"])
         answer = GcsAnswer(up=True, at=at, latency_s=latency, nodes=nodes,
-                           cluster_id=self.cluster_id, incarnation=self.incarnation,
+                           cluster_id=None if self._want_cid else self.cluster_id,
+                           incarnation=self.incarnation,
                            reported=reported, views=views)
         self.last = answer
         return answer
