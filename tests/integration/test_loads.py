@@ -101,11 +101,14 @@ def test_task_storm_keeps_its_pace(ray_address):
 
 def test_actor_churn_reports_creation_latency(ray_address, capsys):
     churn = _load_module("actor_churn.py")
-    assert churn.main(["--duration", "4", "--rate", "2", "--max-alive", "2"]) == 0
+    # what a busy box changes is the pace (seen: 2 actors ready in 4 s under load), not what
+    # the load does with each: every actor that answered is killed, beyond max-alive or at the end
+    assert churn.main(["--duration", "8", "--rate", "2", "--max-alive", "1"]) == 0
     lines = _lines(capsys.readouterr().out)
     assert lines and all(line["load"] == "actor_churn" for line in lines)
-    assert sum(line["count"] for line in lines) >= 3
-    assert sum(line.get("killed", 0) for line in lines) >= 3
+    ready = sum(line["count"] for line in lines)
+    assert ready >= 2
+    assert sum(line.get("killed", 0) for line in lines) >= ready
     assert any(line["p95_ms"] for line in lines)
     assert lines[-1]["alive"] == 0
 

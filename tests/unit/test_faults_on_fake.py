@@ -225,13 +225,16 @@ def test_workers_before_come_from_the_monitor_when_the_gcs_is_slow(run, monkeypa
 def test_the_monitor_writes_a_sample_every_beat_while_the_target_blocks(run):
     r = run()
     time.sleep(0.3)
-    r.target.observe_delay_s = 1.0  # every question now blocks for 1 s
-    time.sleep(1.5)
+    r.target.observe_delay_s = 2.0  # every question now blocks for 2 s
+    time.sleep(2.5)
     r.target.observe_delay_s = 0.0
-    time.sleep(1.2)
+    time.sleep(2.2)
     samples = [x for x in read_timeline(r.timeline.path) if x["kind"] == "sample"]
     gaps = [b["t"] - a["t"] for a, b in zip(samples, samples[1:], strict=False)]
-    assert max(gaps) < 2 * 0.05 + 0.05, f"a sample every 50 ms beat: largest gap {max(gaps)}"
+    # a monitor that waited for its question would leave a 2 s hole; one that keeps its 50 ms
+    # beat leaves none near it (a busy box delays a beat by a few hundred ms at worst: the
+    # bound is on the design, not this machine's scheduling)
+    assert max(gaps) < 1.0, f"the monitor waited for a blocked question: gap {max(gaps)} s"
     blocked = [x for x in samples if not x["gcs_up"]]
     assert len(blocked) >= 15, "unanswered questions are written as down, on time"
     assert all("no answer" in x["gcs_error"] for x in blocked)
