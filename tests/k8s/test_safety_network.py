@@ -144,8 +144,8 @@ def test_cleanup_run_finds_leftovers_of_a_lost_ledger(sim, target, monkeypatch):
 
 
 def test_pulls_in_every_go_form_and_pod_changes_reach_the_timeline_once(sim, target):
+    from raychaos.testbed.node.kubelet import go_duration
     from tests.k8s.world.controllers import record_event
-    from tests.k8s.world.kubelet import go_duration
     assert not [e for e in target.cluster_events(0) if e["event"] != "image_pulled"]
     pod = sim.head_pod()
     for secs in (0.123, 12.3, 83.456):

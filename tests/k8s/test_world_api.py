@@ -251,7 +251,7 @@ def test_api_only_scale(tmp_path):
 
 
 def test_go_durations_as_the_kubelet_prints_them():
-    from tests.k8s.world.kubelet import go_duration, normalize_image
+    from raychaos.testbed.node.kubelet import go_duration, normalize_image
     assert go_duration(0.1234) == "123ms"
     assert go_duration(12.3) == "12.3s" and go_duration(2.0) == "2s"
     assert go_duration(83.456) == "1m23.456s" and go_duration(3723.5) == "1h2m3.5s"
@@ -288,8 +288,8 @@ def test_knobs_replacement_delay_and_head_service_name(tmp_path):
 
 def test_the_harness_reads_every_pull_duration_form(world):
     pod = world.head_pod()
+    from raychaos.testbed.node.kubelet import go_duration
     from tests.k8s.world.controllers import record_event
-    from tests.k8s.world.kubelet import go_duration
     for secs in (0.123, 12.3, 83.456):
         d = go_duration(secs)
         record_event(world.api, pod, "Pulled", f'Successfully pulled image "x" in {d} ({d} '

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from tests.k8s.world.net import WorldNet
-from tests.k8s.world.runtime import marked
+from raychaos.testbed.node.net import WorldNet
+from raychaos.testbed.node.runtime import marked
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="real pods need root (netns)")
 NAME, ROOT = "t-cli", "/tmp/raychaos-world-tests"

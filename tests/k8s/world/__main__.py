@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.k8s.world.runtime import MARKER
+from raychaos.testbed.node.runtime import MARKER
 from tests.k8s.world.world import STATE_ROOT, World, cleanup
 
 

@@ -12,11 +12,12 @@ import copy
 import time
 from typing import Any
 
+from raychaos.testbed.node.objects import set_condition
 from tests.k8s.world import resources as R
 from tests.k8s.world.patch import UnsupportedPatch, apply_patch
 from tests.k8s.world.store import Store, now
 
-__all__ = ["Api"]
+__all__ = ["Api", "set_condition"]
 
 Reply = tuple[int, Any]
 
@@ -291,31 +292,3 @@ class Api:
                                      {"name": name, "kind": "pods/binding"})
             self.store.mutate("pods", ns, name, fn)
         return 201, R.status(201, None, "", ok=True)
-
-
-def set_condition(obj: dict, ctype: str, status: str, reason: str | None = None,
-                  message: str | None = None, probe_time: bool = True) -> bool:
-    """Set one status condition (lastTransitionTime moves only when status changes)."""
-    conds = obj.setdefault("status", {}).setdefault("conditions", [])
-    for c in conds:
-        if c["type"] == ctype:
-            changed = c["status"] != status or c.get("reason") != reason
-            if c["status"] != status:
-                c["lastTransitionTime"] = now()
-            c["status"] = status
-            for k, v in (("reason", reason), ("message", message)):
-                if v is not None:
-                    c[k] = v
-                else:
-                    c.pop(k, None)
-            return changed
-    c = {"type": ctype, "status": status}
-    if probe_time:
-        c["lastProbeTime"] = None
-    c["lastTransitionTime"] = now()
-    if reason is not None:
-        c["reason"] = reason
-    if message is not None:
-        c["message"] = message
-    conds.append(c)
-    return True

@@ -13,21 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from raychaos.testbed.node.objects import quantity
 from tests.k8s.world.api import Api, set_condition
 from tests.k8s.world.store import now
 
 __all__ = ["schedule_pending", "quantity", "pod_requests"]
-
-
-def quantity(text: Any) -> float:
-    """A Kubernetes quantity as a float ('500m' → 0.5, '1Gi' → 1073741824)."""
-    s = str(text).strip()
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-             "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "m": 1e-3}
-    for u in sorted(units, key=len, reverse=True):
-        if s.endswith(u):
-            return float(s[: -len(u)]) * units[u]
-    return float(s or 0)
 
 
 def pod_requests(pod: dict) -> dict[str, float]:

@@ -294,7 +294,9 @@ class _Handler(BaseHTTPRequestHandler):
             command = query.get("command", [])
             proc, err = (backend.exec(pod, container, command, stdin=q.get("stdin") == "true",
                                       tty=q.get("tty") == "true")
-                         if backend else (None, self._no_kubelet(pod, container, command)))
+                         if backend else (None, None))
+            if proc is None and err is None:
+                err = self._no_kubelet(pod, container, command)
             W.run_exec(ws, proc, err)
         except OSError:
             ws.closed = True

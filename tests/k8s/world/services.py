@@ -14,8 +14,8 @@ import logging
 import threading
 from typing import Any
 
+from raychaos.testbed.node.kubelet import tcp_ok
 from tests.k8s.world import resources as R
-from tests.k8s.world.kubelet import tcp_ok
 
 __all__ = ["Services", "REGISTRY_HOSTS"]
 

@@ -17,11 +17,9 @@ import uuid
 from collections import deque
 from typing import Any
 
+from raychaos.testbed.node.objects import now
+
 __all__ = ["Store", "label_match", "parse_label_selector", "field_match", "now", "micro_now"]
-
-
-def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def micro_now() -> str:

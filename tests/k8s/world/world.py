@@ -18,15 +18,16 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from raychaos.testbed.node.runtime import MARKER, VENV_BIN, marked, sweep
 from tests.k8s.world import resources as R
 from tests.k8s.world._host import REGISTRY_SCRIPT
 from tests.k8s.world.api import Api
-from tests.k8s.world.controllers import ControllerManager, pod_ready
+from tests.k8s.world.controllers import ControllerManager, pod_ready, record_event
 from tests.k8s.world.kuberay import RAYCLUSTER_CRDS, KubeRay
-from tests.k8s.world.runtime import MARKER, VENV_BIN, marked, sweep
 from tests.k8s.world.server import ApiServer
 from tests.k8s.world.simkubelet import SimKubelet, running_status
 from tests.k8s.world.store import Store
@@ -257,15 +258,16 @@ class World:
             self.api.create(self.api.resolve("ray.io", "v1", "rayclusters"), self.namespace, rc)
 
     def _start_host(self) -> None:
-        from tests.k8s.world.kubelet import Kubelet
-        from tests.k8s.world.net import WorldNet
+        from raychaos.testbed.node.kubelet import Kubelet
+        from raychaos.testbed.node.net import WorldNet
         from tests.k8s.world.services import Services
         self.net = WorldNet(self.name)
         self.net.setup()
         self.api.service_ip_alloc = self.net.alloc_service_ip
         self.services = Services(self)
         self.kubelet = Kubelet(self.api, self.net, self.state_dir, self.name,
-                               self.services.hosts_text, nice_for=_nice_for,
+                               self.services.hosts_text, partial(record_event, self.api),
+                               nice_for=_nice_for,
                                restart_backoff_s=self.restart_backoff_s)
         self.server.backend = self.kubelet
         self.server.proxy = self.services.proxy
@@ -443,13 +445,13 @@ def _alive(pid: int) -> bool:
 def cleanup(name: str, state_root: Path | str = STATE_ROOT, keep_state: bool = False) -> list[str]:
     """Remove everything world ``name`` may have left: processes (by marker), namespaces,
     links, routes, /etc/netns entries, its folder. Returns what is still there."""
-    from tests.k8s.world.net import WorldNet
+    from raychaos.testbed.node.net import WorldNet
     left = [f"process {p}" for p in sweep(f"{name}/")]
     net = WorldNet(name)
     net.destroy()
     left += net.leftovers()
     from raychaos.targets.local.cpu import cpu_groups
-    from tests.k8s.world.kubelet import world_cpu_prefix
+    from raychaos.testbed.node.kubelet import world_cpu_prefix
     groups = cpu_groups()
     if groups is not None:  # its processes are gone: the node and pod groups are empty
         for group in groups.existing(world_cpu_prefix(name)):

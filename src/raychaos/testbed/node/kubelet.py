@@ -22,16 +22,33 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from raychaos.targets.local.cpu import PREFIX, cpu_groups, shares_for
-from tests.k8s.world._host import pull_image
-from tests.k8s.world.api import Api
-from tests.k8s.world.controllers import record_event
-from tests.k8s.world.podworker import PodWorker
-from tests.k8s.world.scheduler import quantity
+from raychaos.targets.local.registry.server import pull_image
+from raychaos.testbed.node.objects import quantity
+from raychaos.testbed.node.podworker import PodWorker
 
-__all__ = ["Kubelet", "go_duration", "normalize_image", "world_cpu_prefix"]
+__all__ = ["Events", "Kubelet", "PodStore", "go_duration", "normalize_image", "world_cpu_prefix"]
+
+
+class PodStore(Protocol):
+    """Where the kubelet reads its pods and writes their status: the world's API store, or
+    the bed's agent (pods as virtual-kubelet handed them, status read back by it).
+    ``store`` has ``list(kind, copy_=False)``, ``get(kind, ns, name)`` and
+    ``mutate(kind, ns, name, fn)``; ``finish_pod`` is the kubelet's last word on a pod."""
+
+    store: Any
+
+    def finish_pod(self, ns: str, name: str, uid: str | None = None) -> None: ...
+
+
+class Events(Protocol):
+    """Writes one Event as the kubelet does (reason, message, type, node, container path)."""
+
+    def __call__(self, obj: dict[str, Any], reason: str, message: str, component: str,
+                 etype: str | None = None, host: str | None = None,
+                 field_path: str | None = None) -> None: ...
 
 log = logging.getLogger("world.kubelet")
 
@@ -67,10 +84,11 @@ def normalize_image(image: str) -> str:
 
 
 class Kubelet:
-    def __init__(self, api: Api, net: Any, state_dir: Path, world: str, hosts_text: Any,
-                 nice_for: Any = None, restart_backoff_s: float = 10.0,
+    def __init__(self, api: PodStore, net: Any, state_dir: Path, world: str, hosts_text: Any,
+                 events: Events, nice_for: Any = None, restart_backoff_s: float = 10.0,
                  serial_starts: bool = True):
         self.api, self.net, self.state_dir, self.world = api, net, Path(state_dir), world
+        self.events = events
         self.hosts_text = hosts_text
         self.nice_for = nice_for or (lambda pod: 0)
         self.restart_backoff_s = restart_backoff_s
@@ -109,7 +127,7 @@ class Kubelet:
             for uid in [u for u, w in self.workers.items() if not w.is_alive() and w.done]:
                 self.workers.pop(uid)
 
-    def pod_cpu_group(self, pod: dict, node: str) -> tuple[Any, str] | None:
+    def pod_cpu_group(self, pod: dict[str, Any], node: str) -> tuple[Any, str] | None:
         """The pod's group under its node's, weighted by the pod's CPU requests. A pod with
         none (BestEffort) weighs one CPU here, not the kubelet's 2 shares: this box's tool
         pods (tc, iperf3) would otherwise wait seconds behind a task storm."""
@@ -135,25 +153,25 @@ class Kubelet:
             w.join(timeout=30)
 
     # --- for the API server ------------------------------------------------------------------
-    def worker(self, pod: dict) -> PodWorker | None:
+    def worker(self, pod: dict[str, Any]) -> PodWorker | None:
         return self.workers.get(pod["metadata"]["uid"])
 
-    def pod_address(self, pod: dict) -> str | None:
-        return pod.get("status", {}).get("podIP")
+    def pod_address(self, pod: dict[str, Any]) -> str | None:
+        ip = pod.get("status", {}).get("podIP")
+        return str(ip) if ip else None
 
-    def exec(self, pod: dict, container: str, command: list[str], stdin: bool = False,
+    def exec(self, pod: dict[str, Any], container: str, command: list[str], stdin: bool = False,
              tty: bool = False) -> tuple[Any, str | None]:
         w = self.worker(pod)
         if w is None:
-            from tests.k8s.world.server import _Handler
-            return None, _Handler._no_kubelet(pod, container, command)
+            return None, None  # not this kubelet's pod
         c = w.containers.get(container)
         proc = c.exec(command, stdin) if c else None
         if proc is None:
             return None, f'unable to upgrade connection: container not found ("{container}")'
         return proc, None
 
-    def log(self, pod: dict, container: str, previous: bool) -> str | None:
+    def log(self, pod: dict[str, Any], container: str, previous: bool) -> str | None:
         w = self.worker(pod)
         if w is None:
             return None
@@ -161,15 +179,15 @@ class Kubelet:
         path = w.dir / f"{container}-{n}.log"
         return path.read_text(errors="replace") if path.exists() else None
 
-    def pull(self, node: str, image: str, policy: str, pod: dict, cname: str) -> None:
+    def pull(self, node: str, image: str, policy: str, pod: dict[str, Any], cname: str) -> None:
         """Pull ``image`` on ``node`` as the kubelet does; raises RuntimeError on failure."""
         fp = f"spec.containers{{{cname}}}"
         host = self.net.nodes[node]
         if policy == "Never" or (policy == "IfNotPresent" and image in self.images[node]):
-            record_event(self.api, pod, "Pulled", f'Container image "{image}" already '
+            self.events(pod, "Pulled", f'Container image "{image}" already '
                          f"present on machine", "kubelet", host=node, field_path=fp)
             return
-        record_event(self.api, pod, "Pulling", f'Pulling image "{image}"', "kubelet", host=node,
+        self.events(pod, "Pulling", f'Pulling image "{image}"', "kubelet", host=node,
                      field_path=fp)
         t0 = time.monotonic()
         with self.pull_locks[node]:
@@ -178,14 +196,14 @@ class Kubelet:
             try:
                 got = pull_image(normalize_image(image), dest, netns=host.netns, timeout=900)
             except Exception as exc:  # noqa: BLE001 - reported as the kubelet does
-                record_event(self.api, pod, "Failed", f'Failed to pull image "{image}": {exc}',
+                self.events(pod, "Failed", f'Failed to pull image "{image}": {exc}',
                              "kubelet", "Warning", host=node, field_path=fp)
                 raise RuntimeError(f"ErrImagePull: {exc}") from exc
             finally:
                 shutil.rmtree(dest, ignore_errors=True)
             took = time.monotonic() - t1
         self.images[node].add(image)
-        record_event(self.api, pod, "Pulled", f'Successfully pulled image "{image}" in '
+        self.events(pod, "Pulled", f'Successfully pulled image "{image}" in '
                      f"{go_duration(took)} ({go_duration(time.monotonic() - t0)} including "
                      f"waiting). Image size: {got['bytes']} bytes.", "kubelet", host=node,
                      field_path=fp)

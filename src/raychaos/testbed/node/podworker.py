@@ -15,11 +15,8 @@ import threading
 import time
 from typing import Any
 
-from tests.k8s.world.api import set_condition
-from tests.k8s.world.controllers import record_event
-from tests.k8s.world.runtime import Container, Mount, base_env
-from tests.k8s.world.scheduler import quantity
-from tests.k8s.world.store import now
+from raychaos.testbed.node.objects import now, quantity, set_condition
+from raychaos.testbed.node.runtime import Container, Mount, base_env
 
 __all__ = ["PodWorker", "container_env"]
 
@@ -27,7 +24,7 @@ log = logging.getLogger("world.kubelet")
 TICK_S = 0.25
 
 
-def _field_ref(pod: dict, path: str) -> str:
+def _field_ref(pod: dict[str, Any], path: str) -> str:
     m = re.match(r"metadata\.(labels|annotations)\['(.+)'\]", path)
     if m:
         return str((pod["metadata"].get(m[1]) or {}).get(m[2], ""))
@@ -37,7 +34,7 @@ def _field_ref(pod: dict, path: str) -> str:
     return "" if cur is None else str(cur)
 
 
-def container_env(pod: dict, c: dict, secret: Any = None) -> dict[str, str]:
+def container_env(pod: dict[str, Any], c: dict[str, Any], secret: Any = None) -> dict[str, str]:
     """The container's env as the kubelet resolves it; ``secret(name, key)`` reads a Secret's
     value for ``secretKeyRef`` (None: such variables are left out)."""
     env: dict[str, str] = {}
@@ -73,19 +70,19 @@ class PodWorker(threading.Thread):
         self.done = False
 
     # --- helpers -------------------------------------------------------------------------------
-    def pod(self) -> dict | None:
+    def pod(self) -> dict[str, Any] | None:
         p = self.k.api.store.get("pods", self.ns, self.name)
         return p if p is not None and p["metadata"]["uid"] == self.uid else None
 
     def patch_status(self, fn: Any) -> None:
-        def guarded(p: dict) -> None:
+        def guarded(p: dict[str, Any]) -> None:
             if p["metadata"]["uid"] == self.uid:
                 fn(p)
         self.k.api.store.mutate("pods", self.ns, self.name, guarded)
 
-    def event(self, pod: dict, reason: str, msg: str, cname: str | None = None,
+    def event(self, pod: dict[str, Any], reason: str, msg: str, cname: str | None = None,
               etype: str | None = None) -> None:
-        record_event(self.k.api, pod, reason, msg, "kubelet", etype, host=self.node,
+        self.k.events(pod, reason, msg, "kubelet", etype, host=self.node,
                      field_path=f"spec.containers{{{cname}}}" if cname else None)
 
     def run(self) -> None:
@@ -105,7 +102,7 @@ class PodWorker(threading.Thread):
             shutil.rmtree(self.dir, ignore_errors=True)
             self.done = True
 
-    def _sandbox(self, pod: dict) -> None:
+    def _sandbox(self, pod: dict[str, Any]) -> None:
         host = self.k.net.nodes[self.node]
         if pod["spec"].get("hostNetwork"):
             self.netns, self.ip = host.netns, host.uplink_ip
@@ -113,7 +110,7 @@ class PodWorker(threading.Thread):
             self.netns, self.ip = self.k.net.add_pod(self.node, self.uid)
             self.k.net.write_hosts(self.k.hosts_text(self.ip, self.name), [self.netns])
 
-        def fn(p: dict) -> None:
+        def fn(p: dict[str, Any]) -> None:
             st = p.setdefault("status", {})
             st.update(hostIP=host.uplink_ip, hostIPs=[{"ip": host.uplink_ip}], podIP=self.ip,
                       podIPs=[{"ip": self.ip}], startTime=now())
@@ -127,7 +124,7 @@ class PodWorker(threading.Thread):
                 "reason": "ContainerCreating"}}) for c in p["spec"]["containers"]]
         self.patch_status(fn)
 
-    def _cstatus(self, c: dict, state: dict) -> dict:
+    def _cstatus(self, c: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
         s = self.state.get(c["name"], {})
         return {"name": c["name"], "state": state, "lastState": s.get("last", {}),
                 "ready": bool(s.get("ready")), "restartCount": s.get("restarts", 0),
@@ -142,7 +139,7 @@ class PodWorker(threading.Thread):
         raw = ((obj or {}).get("data") or {}).get(key)
         return base64.b64decode(raw).decode() if raw else None
 
-    def _make(self, pod: dict, c: dict) -> Container:
+    def _make(self, pod: dict[str, Any], c: dict[str, Any]) -> Container:
         vols = {v["name"]: v for v in pod["spec"].get("volumes") or []}
         mounts = []
         for vm in c.get("volumeMounts") or []:
@@ -184,7 +181,7 @@ class PodWorker(threading.Thread):
             if not self._run_init(pod, ic):
                 return
         self.patch_status(lambda p: set_condition(p, "Initialized", "True"))
-        from tests.k8s.world.probes import ProbeLoop
+        from raychaos.testbed.node.probes import ProbeLoop
         probes = ProbeLoop(self)
         while not self.abort:
             pod = self.pod()
@@ -197,7 +194,7 @@ class PodWorker(threading.Thread):
             probes.tick(pod)
             time.sleep(TICK_S)
 
-    def _run_init(self, pod: dict, ic: dict) -> bool:
+    def _run_init(self, pod: dict[str, Any], ic: dict[str, Any]) -> bool:
         while not self.abort:
             current = self.pod()
             if current is None or current["metadata"].get("deletionTimestamp"):
@@ -225,7 +222,7 @@ class PodWorker(threading.Thread):
             time.sleep(1.0)
         return False
 
-    def _keep_running(self, pod: dict, spec: dict) -> None:
+    def _keep_running(self, pod: dict[str, Any], spec: dict[str, Any]) -> None:
         name = spec["name"]
         st = self.state.setdefault(name, {"restarts": 0, "backoff": 0.0, "next": 0.0})
         c = self.containers.get(name)
@@ -279,7 +276,7 @@ class PodWorker(threading.Thread):
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(c.started_at))
         self._set_cstatus(spec, {"running": {"startedAt": started}}, phase="Running")
 
-    def _gate(self, pod: dict) -> None:
+    def _gate(self, pod: dict[str, Any]) -> None:
         """One Ray container starting at a time on this 2-core box (parallel starts time out):
         wait until the others that started are Ready, or 90 s passed."""
         if not self.k.serial_starts or (pod["metadata"].get("labels") or {}).get(
@@ -294,8 +291,9 @@ class PodWorker(threading.Thread):
                     return
             time.sleep(0.5)
 
-    def _set_cstatus(self, spec: dict, state: dict, phase: str | None = None) -> None:
-        def fn(p: dict) -> None:
+    def _set_cstatus(self, spec: dict[str, Any], state: dict[str, Any],
+                     phase: str | None = None) -> None:
+        def fn(p: dict[str, Any]) -> None:
             statuses = p["status"].setdefault("containerStatuses", [])
             new = self._cstatus(spec, state)
             for i, s in enumerate(statuses):
@@ -313,13 +311,13 @@ class PodWorker(threading.Thread):
                               f"containers with unready status: [{spec['name']}]")
         self.patch_status(fn)
 
-    def _maybe_finish(self, pod: dict) -> None:
+    def _maybe_finish(self, pod: dict[str, Any]) -> None:
         names = [c["name"] for c in pod["spec"]["containers"]]
         if all(self.state.get(n, {}).get("finished") for n in names):
             ok = all(self.state[n].get("exit") == 0 for n in names)
             self.patch_status(lambda p: p["status"].update(phase="Succeeded" if ok else "Failed"))
 
-    def _terminate(self, pod: dict) -> None:
+    def _terminate(self, pod: dict[str, Any]) -> None:
         grace = int(pod["metadata"].get("deletionGracePeriodSeconds", 30))
         deadline = time.monotonic() + grace
         for name, c in self.containers.items():

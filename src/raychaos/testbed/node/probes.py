@@ -13,12 +13,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tests.k8s.world.api import set_condition
+from raychaos.testbed.node.objects import set_condition
 
 __all__ = ["ProbeLoop"]
 
 
-def _port(c: dict, port: Any) -> int:
+def _port(c: dict[str, Any], port: Any) -> int:
     if isinstance(port, int) or str(port).isdigit():
         return int(port)
     for p in c.get("ports") or []:
@@ -34,8 +34,8 @@ class ProbeLoop:
         self.ok: dict[str, int] = {}
         self.bad: dict[str, int] = {}
 
-    def _probe(self, c: dict, probe: dict) -> bool:
-        from tests.k8s.world.kubelet import http_status, tcp_ok
+    def _probe(self, c: dict[str, Any], probe: dict[str, Any]) -> bool:
+        from raychaos.testbed.node.kubelet import http_status, tcp_ok
         timeout = float(probe.get("timeoutSeconds", 1))
         if "httpGet" in probe:
             g = probe["httpGet"]
@@ -59,10 +59,10 @@ class ProbeLoop:
                 proc.kill()
                 proc.communicate()
                 return False
-            return proc.returncode == 0
+            return bool(proc.returncode == 0)
         return True
 
-    def tick(self, pod: dict) -> None:
+    def tick(self, pod: dict[str, Any]) -> None:
         w = self.w
         changed = False
         for c in pod["spec"]["containers"]:
@@ -98,13 +98,13 @@ class ProbeLoop:
         if changed:
             self._write(pod)
 
-    def _write(self, pod: dict) -> None:
+    def _write(self, pod: dict[str, Any]) -> None:
         w = self.w
         all_ready = all(w.state.get(c["name"], {}).get("ready") for c in pod["spec"]["containers"])
         if all_ready:
             w.k.starting.pop(w.uid, None)
 
-        def fn(p: dict) -> None:
+        def fn(p: dict[str, Any]) -> None:
             for s in p["status"].get("containerStatuses") or []:
                 s["ready"] = bool(w.state.get(s["name"], {}).get("ready"))
             unready = [c["name"] for c in p["spec"]["containers"]

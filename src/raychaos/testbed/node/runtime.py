@@ -61,7 +61,7 @@ class Container:
     mounts: list[Mount] = field(default_factory=list)
     nice: int = 0
     cpu_group: tuple[Any, str] | None = None  # (CpuGroups, group): the pod's CPU request
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
 
     def setup_script(self) -> str:
@@ -145,7 +145,7 @@ class Container:
             except subprocess.TimeoutExpired:
                 pass
 
-    def exec(self, command: list[str], stdin: bool = False) -> subprocess.Popen | None:
+    def exec(self, command: list[str], stdin: bool = False) -> subprocess.Popen[bytes] | None:
         pid = self.init_pid()
         if pid is None:
             return None
