@@ -280,7 +280,7 @@ def test_the_head_breaking_point_ramp_finds_its_knee_on_kubernetes(world, tmp_pa
     def short_and_clean(data: dict) -> None:
         data["method"] = [a for a in data["method"] if a["provider"]["func"] == "ramp_knee"]
         load = next(e for e in data["extensions"] if e.get("name") == "raychaos")["loads"][0]
-        load["ramp"].update(start=200, step=300, step_s=4, steps=6)
+        load["ramp"].update(start=50, step=300, step_s=4, steps=6)
 
     exp = variant("head-breaking-point", tmp_path / "ramp.yaml", edit=short_and_clean)
     t0 = time.monotonic()
@@ -291,11 +291,11 @@ def test_the_head_breaking_point_ramp_finds_its_knee_on_kubernetes(world, tmp_pa
     # how far it climbs is the machine's (CI with the other lane: the second step, 500/s, held
     # at 499.67 and the third broke); that it stops at the first step that broke, and says why,
     # is the probe's
-    assert len(ev["table"]) >= 2 and ev["table"][0]["achieved"] > 100, ev["table"]
+    assert len(ev["table"]) >= 2 and ev["table"][0]["achieved"] > 40, ev["table"]
     if ev["broke_at"] is not None:
         assert ev["table"][-1]["offered"] == ev["broke_at"] and ev["reason"], ev
     assert any(s["gcs_rss_mb"] for s in ev["table"]), "the GCS's memory along the way"
-    assert ev["knee"] is not None and ev["knee"] >= 200, ev
+    assert ev["knee"] is not None and ev["knee"] >= 50, ev
     assert code in (0, 1) and not summary["errors"], out[-3000:]
     assert_clean(world)
 

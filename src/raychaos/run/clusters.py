@@ -26,8 +26,9 @@ def add_cluster_parsers(sub: Any) -> None:
 
     tb = sub.add_parser("testbed", help="a throwaway KubeRay control plane on this machine: "
                                         "real etcd, kube-apiserver, controller-manager, "
-                                        "scheduler and KubeRay operator, built from their Go "
-                                        "modules (no Docker, no kind)",
+                                        "scheduler, KubeRay operator and a kubelet "
+                                        "(virtual-kubelet) whose pods are real processes, built "
+                                        "from their Go modules (no Docker, no kind)",
                         description="build: build the parts that are missing (Go 1.26 and the "
                                     "Go module proxy; once per version). up: build, start, print "
                                     "KUBECONFIG and namespace. down: stop what up started and "
@@ -35,6 +36,9 @@ def add_cluster_parsers(sub: Any) -> None:
     tb.add_argument("action", choices=["build", "up", "down", "status"])
     tb.add_argument("--name", default="default", help="the bed's name (default: default)")
     tb.add_argument("--namespace", default="ray", help="namespace up creates (default: ray)")
+    tb.add_argument("--nodes", action="store_true",
+                    help="up: also the node agent and the kubelet (virtual-kubelet; root). "
+                         "Experimental: not yet run end to end against the real operator")
     tb.set_defaults(handler=testbed)
 
 
@@ -73,11 +77,12 @@ def testbed(args: argparse.Namespace) -> int:
         for name, path in build.build_all().items():
             print(f"{name}: {path}")
     elif args.action == "up":
-        b = bed.up(args.name, args.namespace)
+        b = bed.up(args.name, args.namespace, nodes=args.nodes)
         print(f"up: test bed {b.name!r}, API server {b.server}")
         for name, pid in b.pids.items():
             print(f"  {name:24s} pid {pid}")
         print(f"export KUBECONFIG={b.kubeconfig}\nnamespace: {b.namespace}")
+        print(f"KUBECONFIG={b.kubeconfig} NAMESPACE={b.namespace}")
     elif args.action == "down":
         stopped = bed.down(args.name)
         print(f"down: stopped {', '.join(stopped) or 'nothing (all had exited)'}")

@@ -8,7 +8,12 @@ their PIDs):
   self-signed certificate it makes itself (the kubeconfig trusts that certificate);
 - kube-controller-manager (garbage collection, ReplicaSets, Jobs, endpoints, disruption, ...)
   and kube-scheduler;
-- the KubeRay operator, after KubeRay's own CRDs are created.
+- the KubeRay operator, after KubeRay's own CRDs are created;
+- with ``nodes`` (root only: network namespaces): the node agent, which builds one network
+  namespace per node and runs pods' containers as real processes in them, and
+  ``raychaos-kubelet`` (virtual-kubelet, one Node per entry of :data:`DEFAULT_NODES`), which
+  registers the nodes, keeps their leases, writes pod status and serves exec, logs and
+  port-forward to the API server over TLS with a client certificate the bed makes.
 
 ``down`` stops them (SIGTERM, then SIGKILL by PID, only the PIDs it started) and removes the
 folder. The bed is a product, not a test fixture: bench/ and users start it the same way.
@@ -24,6 +29,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -42,7 +48,19 @@ from raychaos.testbed import build
 __all__ = ["Bed", "down", "status", "up"]
 
 ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-         "kuberay-operator")
+         "node-agent", "raychaos-kubelet", "kuberay-operator")
+
+_GPU_TAINT = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+#: the bed's nodes: a head node (the biggest machine, as a production head often is: each
+#: node's CPU group weighs its capacity), a CPU node, two GPU nodes (one logical GPU each,
+#: tainted as GPU pools are)
+DEFAULT_NODES: tuple[dict[str, Any], ...] = (
+    {"name": "head-0", "cpu": "8", "labels": {"raychaos.io/node-pool": "head"}},
+    {"name": "cpu-0", "cpu": "2", "labels": {"raychaos.io/node-pool": "cpu"}},
+    *({"name": f"gpu-{x}", "cpu": "2", "gpus": 1, "taints": _GPU_TAINT,
+       "labels": {"raychaos.io/node-pool": "gpu", "nvidia.com/gpu.present": "true"}}
+      for x in ("a", "b")),
+)
 READY_S = 120.0
 
 
@@ -79,7 +97,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class _Api:
+class ApiClient:
     """Just enough of the API over HTTPS for the bed itself (the harness has its own client)."""
 
     def __init__(self, server: str, token: str, ca: Path) -> None:
@@ -146,13 +164,43 @@ def _kubeconfig(path: Path, server: str, ca: Path, token: str, namespace: str) -
     path.chmod(0o600)
 
 
-def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None] = print) -> Bed:
-    """Build what is missing, start the control plane, create KubeRay's CRDs and ``namespace``."""
+def _openssl(*args: str) -> None:
+    proc = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise BedError(f"openssl {args[0]} failed: {proc.stderr.strip()[-300:]}")
+
+
+def _kubelet_certs(certs: Path) -> None:
+    """A CA of the bed's; the API server's client certificate for kubelets, and the kubelets'
+    serving certificate (127.0.0.1), both signed by it: the kubelet verifies its caller."""
+    ca_key, ca = certs / "kubelet-ca.key", certs / "kubelet-ca.crt"
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out",
+             str(ca), "-days", "30", "-subj", "/CN=raychaos-testbed-kubelet-ca")
+    for who, subj, ext in (("apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver",
+                            "extendedKeyUsage=clientAuth"),
+                           ("kubelet", "/CN=raychaos-kubelet",
+                            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth")):
+        key, csr, crt = certs / f"{who}.key", certs / f"{who}.csr", certs / f"{who}.crt"
+        extfile = certs / f"{who}.ext"
+        extfile.write_text(ext + "\n")
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+                 "-subj", subj)
+        _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+                 "-CAcreateserial", "-out", str(crt), "-days", "30", "-extfile", str(extfile))
+
+
+def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None] = print,
+       nodes: bool = False) -> Bed:
+    """Build what is missing, start the control plane, create KubeRay's CRDs and ``namespace``;
+    with ``nodes``, the node agent and the kubelet, and wait until every node is Ready."""
+    if nodes and os.geteuid() != 0:
+        raise BedError("the test bed's nodes are network namespaces and need root; run as "
+                       "root, or leave out --nodes for the control plane alone")
     root = state_dir(name)
     if (root / "bed.json").exists():
         raise BedError(f"test bed {name!r} is already up (state {root}); "
                        f"`raychaos testbed down --name {name}` first")
-    bins = build.build_all(say)
+    bins = build.build_all(say, kubelet=nodes)
     crds = build.crd_dir()
     if root.exists():
         shutil.rmtree(root)  # a bed that never came up
@@ -167,6 +215,9 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
                    check=True, capture_output=True)
     ports = {k: _free_port() for k in ("etcd", "etcd-peer", "apiserver", "controller-manager",
                                        "scheduler", "kuberay-metrics", "kuberay-probe")}
+    for node in DEFAULT_NODES if nodes else ():
+        ports[f"kubelet-{node['name']}"] = _free_port()
+    _kubelet_certs(root / "certs")
     server = f"https://127.0.0.1:{ports['apiserver']}"
     pids: dict[str, int] = {}
     try:
@@ -189,12 +240,15 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
             "--service-account-key-file", str(sa_pub),
             "--service-account-signing-key-file", str(sa_key),
             "--service-cluster-ip-range", "10.96.0.0/16", "--allow-privileged=true",
-            "--enable-priority-and-fairness=false", "--profiling=false"])
+            "--enable-priority-and-fairness=false", "--profiling=false",
+            "--kubelet-client-certificate", str(root / "certs" / "apiserver-kubelet-client.crt"),
+            "--kubelet-client-key", str(root / "certs" / "apiserver-kubelet-client.key"),
+            "--kubelet-preferred-address-types", "InternalIP"])
         _write_pids(root, pids)
         ca = root / "certs" / "apiserver.crt"
-        _wait("kube-apiserver", lambda: ca.exists() and _Api(server, token, ca).ok("/readyz"),
+        _wait("kube-apiserver", lambda: ca.exists() and ApiClient(server, token, ca).ok("/readyz"),
               pids["kube-apiserver"], root / "logs" / "kube-apiserver.log")
-        api = _Api(server, token, ca)
+        api = ApiClient(server, token, ca)
         kubeconfig = root / "kubeconfig"
         _kubeconfig(kubeconfig, server, ca, token, namespace)
         common = ["--kubeconfig", str(kubeconfig), "--leader-elect=false",
@@ -221,6 +275,8 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
                                "metadata": {"name": namespace}})
         if code not in (201, 409):
             raise BedError(f"creating namespace {namespace} answered {code}: {body}")
+        if nodes:
+            _start_nodes(root, name, bins, server, token, ca, kubeconfig, ports, pids, api)
         env = dict(os.environ, KUBECONFIG=str(kubeconfig))
         pids["kuberay-operator"] = _start(root, "kuberay-operator", [
             str(bins["kuberay-operator"]),
@@ -233,11 +289,62 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
               pids["kuberay-operator"], root / "logs" / "kuberay-operator.log")
     except BaseException:
         _stop(pids)
+        _cleanup_nodes(name)
         shutil.rmtree(root, ignore_errors=True)
         raise
     bed = Bed(name, root, kubeconfig, namespace, server, token, pids, ports)
     (root / "bed.json").write_text(json.dumps(bed.as_json(), indent=1))
     return bed
+
+
+def _start_nodes(root: Path, name: str, bins: dict[str, Path], server: str, token: str, ca: Path,
+                 kubeconfig: Path, ports: dict[str, int], pids: dict[str, int],
+                 api: ApiClient) -> None:
+    """The node agent (root: it makes the namespaces), then the kubelet; wait for the nodes."""
+    sock = root / "agent.sock"
+    specs = [dict(n, port=ports[f"kubelet-{n['name']}"]) for n in DEFAULT_NODES]
+    agent_cfg = root / "agent.json"
+    agent_cfg.write_text(json.dumps({"bed": name, "state": str(root / "node"),
+                                     "socket": str(sock), "server": server, "token": token,
+                                     "ca": str(ca), "nodes": specs}, indent=1))
+    pids["node-agent"] = _start(root, "node-agent", [
+        sys.executable, "-m", "raychaos.testbed.node.agent", str(agent_cfg)])
+    _write_pids(root, pids)
+    _wait("the node agent", sock.exists, pids["node-agent"], root / "logs" / "node-agent.log")
+    certs = root / "certs"
+    kubelet_cfg = root / "kubelet.json"
+    kubelet_cfg.write_text(json.dumps({
+        "kubeconfig": str(kubeconfig), "agent": str(sock), "cert": str(certs / "kubelet.crt"),
+        "key": str(certs / "kubelet.key"), "clientCA": str(certs / "kubelet-ca.crt"),
+        "version": f"{build.KUBERNETES}-raychaos",
+        "nodes": [{"name": n["name"], "port": n["port"], "address": "127.0.0.1",
+                   "capacity": {"cpu": n["cpu"], "memory": "8Gi", "pods": "110",
+                                **({"nvidia.com/gpu": str(n["gpus"])} if n.get("gpus") else {})},
+                   "labels": n["labels"], "taints": n.get("taints") or []} for n in specs]},
+        indent=1))
+    pids["raychaos-kubelet"] = _start(root, "raychaos-kubelet", [
+        str(bins["raychaos-kubelet"]), "--config", str(kubelet_cfg)])
+    _write_pids(root, pids)
+    _wait("the kubelet's nodes", partial(_nodes_ready, api, [n["name"] for n in specs]),
+          pids["raychaos-kubelet"], root / "logs" / "raychaos-kubelet.log")
+
+
+def _nodes_ready(api: ApiClient, names: list[str]) -> bool:
+    code, body = api.call("GET", "/api/v1/nodes")
+    if code != 200:
+        return False
+    ready = {n["metadata"]["name"] for n in body.get("items") or []
+             if any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (n.get("status") or {}).get("conditions") or [])}
+    return set(names) <= ready
+
+
+def _cleanup_nodes(name: str) -> list[str]:
+    """What the bed's pods left on the machine, removed (root only; nothing to do otherwise)."""
+    if os.geteuid() != 0:
+        return []
+    from raychaos.testbed.node.agent import cleanup_host, world_name
+    return cleanup_host(world_name(name))
 
 
 def _http_ok(url: str) -> bool:
@@ -248,7 +355,7 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def _established(api: _Api, plural: str) -> bool:
+def _established(api: ApiClient, plural: str) -> bool:
     code, body = api.call("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
                                  f"{plural}.ray.io")
     return code == 200 and any(c.get("type") == "Established" and c.get("status") == "True"
@@ -302,7 +409,10 @@ def down(name: str = "default") -> list[str]:
     if not pids_file.exists():
         raise BedError(f"test bed {name!r} is not up (no {pids_file})")
     stopped = _stop({k: int(v) for k, v in json.loads(pids_file.read_text()).items()})
+    left = _cleanup_nodes(name)
     shutil.rmtree(root, ignore_errors=True)
+    if left:
+        raise BedError(f"test bed {name!r} stopped, but left: {', '.join(left)}")
     return stopped
 
 
@@ -310,7 +420,7 @@ def status(name: str = "default") -> dict[str, Any]:
     """The bed's processes (alive or not) and whether the API server is ready."""
     data = _load(name)
     root = Path(data["root"])
-    api = _Api(data["server"], (root / "tokens.csv").read_text().split(",")[0],
+    api = ApiClient(data["server"], (root / "tokens.csv").read_text().split(",")[0],
                root / "certs" / "apiserver.crt")
     data["alive"] = {k: pid_alive(int(v)) for k, v in data["pids"].items()}
     data["ready"] = api.ok("/readyz")

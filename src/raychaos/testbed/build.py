@@ -8,7 +8,11 @@ Each part is an ordinary ``go build`` of a published module at one release:
   published ``v0.x`` — the usual way to build Kubernetes outside its own tree);
 - ``etcd`` from ``go.etcd.io/etcd/server/v3`` (a three-line main of ours calls ``etcdmain``);
 - ``kuberay-operator`` from ``github.com/ray-project/kuberay/ray-operator`` (its go.mod has no
-  replace directives), with the CRDs of the same module's ``config/crd``.
+  replace directives), with the CRDs of the same module's ``config/crd``;
+- ``raychaos-kubelet``: ``github.com/virtual-kubelet/virtual-kubelet``'s node and pod
+  controllers with a provider of ours (``build/kubelet/main.go``) that hands each pod to the
+  bed's node agent; its version is virtual-kubelet's plus a digest of our source, so a change
+  to the provider is a new binary.
 
 Binaries land in ``<cache>/bin/<part>-<version>`` (``RAYCHAOS_TESTBED_CACHE``, default
 ``~/.cache/raychaos/testbed``); the module and build caches sit beside them, so a second build of
@@ -17,6 +21,7 @@ another part reuses what the first compiled. A part already built is never built
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -33,6 +38,15 @@ HERE = Path(__file__).resolve().parent / "build"
 KUBERNETES = "v1.36.3"
 ETCD = "v3.7.3"
 KUBERAY = "v1.5.0"
+VIRTUAL_KUBELET = "v1.14.1"
+
+
+def _source_digest(module: str) -> str:
+    h = hashlib.sha256()
+    for f in sorted((HERE / module).glob("*")):
+        if f.suffix in (".go", ".mod"):
+            h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()[:10]
 
 
 @dataclass(frozen=True)
@@ -50,6 +64,7 @@ PARTS: dict[str, Part] = {p.name: p for p in (
          KUBERNETES),
     Part("kube-scheduler", "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler", KUBERNETES),
     Part("kuberay-operator", "kuberay", "github.com/ray-project/kuberay/ray-operator", KUBERAY),
+    Part("raychaos-kubelet", "kubelet", ".", f"{VIRTUAL_KUBELET}-{_source_digest('kubelet')}"),
 )}
 
 
@@ -123,8 +138,9 @@ def _stamp(part: Part) -> str:
     return " ".join(flags)
 
 
-def build_all(say: Callable[[str], None] = print) -> dict[str, Path]:
-    return {name: build(name, say) for name in PARTS}
+def build_all(say: Callable[[str], None] = print, kubelet: bool = True) -> dict[str, Path]:
+    return {name: build(name, say) for name in PARTS
+            if kubelet or name != "raychaos-kubelet"}
 
 
 def crd_dir() -> Path:

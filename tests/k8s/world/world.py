@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from raychaos.testbed.node.runtime import MARKER, VENV_BIN, marked, sweep
+from raychaos.testbed.node.runtime import MARKER, VENV_BIN, marked
 from tests.k8s.world import resources as R
 from tests.k8s.world._host import REGISTRY_SCRIPT
 from tests.k8s.world.api import Api
@@ -445,17 +445,8 @@ def _alive(pid: int) -> bool:
 def cleanup(name: str, state_root: Path | str = STATE_ROOT, keep_state: bool = False) -> list[str]:
     """Remove everything world ``name`` may have left: processes (by marker), namespaces,
     links, routes, /etc/netns entries, its folder. Returns what is still there."""
-    from raychaos.testbed.node.net import WorldNet
-    left = [f"process {p}" for p in sweep(f"{name}/")]
-    net = WorldNet(name)
-    net.destroy()
-    left += net.leftovers()
-    from raychaos.targets.local.cpu import cpu_groups
-    from raychaos.testbed.node.kubelet import world_cpu_prefix
-    groups = cpu_groups()
-    if groups is not None:  # its processes are gone: the node and pod groups are empty
-        for group in groups.existing(world_cpu_prefix(name)):
-            left += [f"cgroup {g}" for g in groups.remove(group)]
+    from raychaos.testbed.node.agent import cleanup_host
+    left = cleanup_host(name)
     folder = Path(state_root) / name
     if not keep_state:
         shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,140 @@
+"""The bed's node agent without namespaces: the pods virtual-kubelet hands it, the status it
+reports back (every change counted, so the kubelet tells the API server), deletion within the
+pod's grace, and the HTTP routes the Go kubelet calls, over a real Unix socket."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raychaos.testbed.node.agent import LocalPods, _handler, _Server
+
+pytestmark = pytest.mark.unit
+
+
+def _pod(name: str = "demo-head-abc", uid: str = "u1") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ray", "uid": uid,
+                         "labels": {"ray.io/node-type": "head"}},
+            "spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.60.0",
+                                     "env": [{"name": "RAY_PORT", "value": "6379"}]}]}}
+
+
+def test_a_pod_is_pending_on_its_node_and_an_update_keeps_its_status():
+    pods = LocalPods()
+    pods.put("head-0", _pod())
+    [row] = pods.report("head-0")
+    assert row["status"]["phase"] == "Pending" and row["gen"] == 1
+    assert pods.report("cpu-0") == []
+    pods.store.mutate("pods", "ray", "demo-head-abc",
+                      lambda p: p["status"].update(phase="Running", podIP="198.19.17.10"))
+    changed = _pod()
+    changed["metadata"]["labels"]["ray.io/serve"] = "true"
+    pods.put("head-0", changed)
+    [row] = pods.report("head-0")
+    assert row["status"] == {"phase": "Running", "conditions": [], "podIP": "198.19.17.10"}
+    assert row["gen"] == 2  # the status change, not the label
+    assert pods.store.get("pods", "ray", "demo-head-abc")["metadata"]["labels"][
+        "ray.io/serve"] == "true"
+
+
+def test_a_pod_recreated_under_its_name_is_a_new_pod():
+    pods = LocalPods()
+    pods.put("head-0", _pod(uid="u1"))
+    pods.store.mutate("pods", "ray", "demo-head-abc", lambda p: p["status"].update(
+        phase="Running"))
+    pods.put("head-0", _pod(uid="u2"))
+    [row] = pods.report("head-0")
+    assert row["uid"] == "u2" and row["status"]["phase"] == "Pending"
+
+
+def test_delete_sets_the_grace_and_finish_reports_every_container_stopped():
+    pods = LocalPods()
+    pods.put("head-0", _pod())
+    pods.store.mutate("pods", "ray", "demo-head-abc", lambda p: p["status"].update(
+        phase="Running", containerStatuses=[{"name": "ray-head", "ready": True,
+                                             "state": {"running": {}}}],
+        conditions=[{"type": "Ready", "status": "True"}]))
+    assert not pods.delete("nope", 30)
+    assert pods.delete("u1", 0)
+    meta = pods.store.get("pods", "ray", "demo-head-abc")["metadata"]
+    assert meta["deletionGracePeriodSeconds"] == 0 and meta["deletionTimestamp"]
+    assert pods.delete("u1", 30)  # asked again (virtual-kubelet may): the first grace holds
+    assert pods.store.get("pods", "ray", "demo-head-abc")["metadata"][
+        "deletionGracePeriodSeconds"] == 0
+    pods.finish_pod("ray", "demo-head-abc", "u2")  # another pod's last word: not this one
+    assert "terminated" not in pods.report("head-0")[0]["status"]["containerStatuses"][0][
+        "state"]
+    pods.finish_pod("ray", "demo-head-abc", "u1")
+    [row] = pods.report("head-0")
+    [cs] = row["status"]["containerStatuses"]
+    assert "terminated" in cs["state"] and not cs["ready"]
+    assert [c["status"] for c in row["status"]["conditions"]] == ["False"]
+    assert pods.store.list("pods") == []  # the kubelet's workers no longer see it
+
+
+class _FakeAgent:
+    def __init__(self) -> None:
+        self.pods = LocalPods()
+
+    def container(self, uid: str, name: str, previous: bool) -> dict[str, Any] | None:
+        if uid != "u1":
+            return None
+        return {"pid": None if previous else 4242, "log": f"/logs/{name}-{int(previous)}",
+                "env": {"A": "1"}}
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("agent")
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(self.path)
+
+
+def _call(sock: Path, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    conn = _UnixConnection(str(sock))
+    raw = json.dumps(body).encode() if body is not None else None
+    conn.request(method, path, body=raw, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = json.loads(resp.read() or b"null")
+    conn.close()
+    return resp.status, data
+
+
+@pytest.fixture()
+def served(tmp_path):
+    agent = _FakeAgent()
+    sock = tmp_path / "agent.sock"
+    server = _Server(str(sock), _handler(agent))  # type: ignore[arg-type]
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        yield agent, sock
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_the_routes_the_go_kubelet_calls(served):
+    agent, sock = served
+    assert _call(sock, "PUT", "/pods/u1", {"node": "head-0", "pod": _pod()}) == (200, {})
+    code, body = _call(sock, "GET", "/pods?node=head-0")
+    assert code == 200 and [p["name"] for p in body["pods"]] == ["demo-head-abc"]
+    assert _call(sock, "GET", "/containers/u1/ray-head?previous=0")[1]["pid"] == 4242
+    assert _call(sock, "GET", "/containers/u1/ray-head?previous=1")[1]["pid"] is None
+    assert _call(sock, "GET", "/containers/u9/ray-head")[0] == 404
+    assert _call(sock, "DELETE", "/pods/u9", {"grace": 30})[0] == 404
+    assert _call(sock, "DELETE", "/pods/u1", {"grace": 5}) == (200, {})
+    assert agent.pods.store.get("pods", "ray", "demo-head-abc")["metadata"][
+        "deletionGracePeriodSeconds"] == 5
+    assert _call(sock, "GET", "/nowhere")[0] == 404
