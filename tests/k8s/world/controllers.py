@@ -17,11 +17,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from raychaos.testbed.node.objects import event_body
 from tests.k8s.world import resources as R
 from tests.k8s.world.api import Api
 from tests.k8s.world.disruption import refresh_pdbs
 from tests.k8s.world.scheduler import schedule_pending, taint_cordoned
-from tests.k8s.world.store import now, selector_dict_match
+from tests.k8s.world.store import selector_dict_match
 
 __all__ = ["ControllerManager", "record_event", "pod_ready"]
 
@@ -37,21 +38,8 @@ def record_event(api: Api, obj: dict, reason: str, message: str, component: str,
                  etype: str | None = None, host: str | None = None,
                  field_path: str | None = None) -> None:
     """Write an Event in the shape kubelet and scheduler write them (golden events-list)."""
-    meta = obj["metadata"]
-    ns = meta.get("namespace") or "default"
-    ts = now()
-    ev: dict[str, Any] = {
-        "metadata": {"name": f"{meta['name']}.{time.time_ns() & 0xFFFFFFFFFFFFFFFF:016x}",
-                     "namespace": ns},
-        "involvedObject": {"kind": obj.get("kind", "Pod"), "namespace": ns, "name": meta["name"],
-                           "uid": meta.get("uid", ""), "apiVersion": obj.get("apiVersion", "v1")},
-        "reason": reason, "message": message,
-        "source": {"component": component, **({"host": host} if host else {})},
-        "firstTimestamp": ts, "lastTimestamp": ts, "count": 1, "type": etype or "Normal",
-        "eventTime": None, "reportingComponent": component, "reportingInstance": host or ""}
-    if field_path:
-        ev["involvedObject"]["fieldPath"] = field_path
-    api.create(R.BUILTIN["events"], ns, ev)
+    ev = event_body(obj, reason, message, component, etype, host, field_path)
+    api.create(R.BUILTIN["events"], ev["metadata"]["namespace"], ev)
 
 
 class ControllerManager:

@@ -40,7 +40,7 @@ from urllib.parse import parse_qs, urlparse
 
 from raychaos.testbed.node.kubelet import Kubelet
 from raychaos.testbed.node.net import WorldNet
-from raychaos.testbed.node.objects import now, quantity
+from raychaos.testbed.node.objects import event_body, now, quantity
 
 __all__ = ["Agent", "LocalPods", "REGISTRY_HOSTS", "cleanup_host", "main", "world_name"]
 
@@ -238,20 +238,9 @@ class Agent:
     def event(self, obj: dict[str, Any], reason: str, message: str, component: str,
               etype: str | None = None, host: str | None = None,
               field_path: str | None = None) -> None:
-        meta = obj["metadata"]
-        ns = meta.get("namespace") or "default"
-        ts = now()
-        body: dict[str, Any] = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{time.time_ns() & 0xFFFFFFFFFFFFFFFF:016x}",
-                         "namespace": ns},
-            "involvedObject": {"kind": "Pod", "namespace": ns, "name": meta["name"],
-                               "uid": meta.get("uid", ""), "apiVersion": "v1",
-                               **({"fieldPath": field_path} if field_path else {})},
-            "reason": reason, "message": message, "type": etype or "Normal",
-            "source": {"component": component, **({"host": host} if host else {})},
-            "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
-            "reportingComponent": component, "reportingInstance": host or ""}
+        body = {"apiVersion": "v1", "kind": "Event",
+                **event_body(obj, reason, message, component, etype, host, field_path)}
+        meta, ns = obj["metadata"], body["metadata"]["namespace"]
         try:
             self.api.call("POST", f"/api/v1/namespaces/{ns}/events", body)
         except OSError as exc:  # an event lost is not a pod lost

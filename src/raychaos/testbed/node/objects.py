@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["now", "quantity", "set_condition"]
+__all__ = ["event_body", "now", "quantity", "set_condition"]
 
 
 def now() -> str:
@@ -49,3 +49,25 @@ def set_condition(obj: dict[str, Any], ctype: str, status: str, reason: str | No
         c["message"] = message
     conds.append(c)
     return True
+
+
+def event_body(obj: dict[str, Any], reason: str, message: str, component: str,
+               etype: str | None = None, host: str | None = None,
+               field_path: str | None = None) -> dict[str, Any]:
+    """An Event about ``obj`` in the shape kubelet and scheduler write them (golden
+    events-list): the world stores it, the bed's agent posts it to the real API."""
+    meta = obj["metadata"]
+    ns = meta.get("namespace") or "default"
+    ts = now()
+    ev: dict[str, Any] = {
+        "metadata": {"name": f"{meta['name']}.{time.time_ns() & 0xFFFFFFFFFFFFFFFF:016x}",
+                     "namespace": ns},
+        "involvedObject": {"kind": obj.get("kind", "Pod"), "namespace": ns, "name": meta["name"],
+                           "uid": meta.get("uid", ""), "apiVersion": obj.get("apiVersion", "v1")},
+        "reason": reason, "message": message,
+        "source": {"component": component, **({"host": host} if host else {})},
+        "firstTimestamp": ts, "lastTimestamp": ts, "count": 1, "type": etype or "Normal",
+        "eventTime": None, "reportingComponent": component, "reportingInstance": host or ""}
+    if field_path:
+        ev["involvedObject"]["fieldPath"] = field_path
+    return ev
