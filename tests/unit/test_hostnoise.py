@@ -92,18 +92,24 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def _measure(tmp_path: Path, name: str, seconds: float, sut: Any = None) -> list[dict[str, Any]]:
+def _measure(tmp_path: Path, name: str, seconds: float, sut: Any = None,
+             at_least: int = 0) -> list[dict[str, Any]]:
+    """``seconds`` of the sensor, and longer until it wrote ``at_least`` records: at nice 19
+    beside a real cluster (make test's unit lane) its thread can wait seconds for a CPU."""
     timeline = Timeline(tmp_path / f"{name}.jsonl", Clock())
     sensor = HostNoise(timeline, sut, interval_s=0.5)
     sensor.start()
     time.sleep(seconds)
+    deadline = time.monotonic() + 120
+    while sensor.records < at_least and time.monotonic() < deadline:
+        time.sleep(0.1)
     sensor.stop()
     timeline.close()
     return [r for r in read_timeline(tmp_path / f"{name}.jsonl") if r["kind"] == "host"]
 
 
 def test_a_short_run_writes_host_records(tmp_path):
-    recs = _measure(tmp_path, "short", 1.2)
+    recs = _measure(tmp_path, "short", 1.2, at_least=2)
     assert len(recs) >= 2
     for rec in recs:
         assert rec["ncpu"] >= 1 and rec["busy_cpus"] is not None
@@ -111,7 +117,7 @@ def test_a_short_run_writes_host_records(tmp_path):
         assert rec["timer_lag_ms_p95"] >= 0 and rec["foreign_cpus"] >= 0
 
 
-SPIN = "import time\nend = time.monotonic() + 6\nwhile time.monotonic() < end: pass"
+SPIN = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end: pass"
 
 
 def _strangers(n: int) -> list[int]:
@@ -123,7 +129,11 @@ def _strangers(n: int) -> list[int]:
     one = f'"{sys.executable}" -c "$0" >/dev/null 2>&1 & echo $!;'
     out = subprocess.run(["sh", "-c", " ".join([one] * n), SPIN],
                          capture_output=True, text=True, check=True).stdout
-    return [int(pid) for pid in out.split()]
+    pids = [int(pid) for pid in out.split()]
+    if os.geteuid() == 0:  # unrelated work runs at the ordinary priority, not at the nice 19
+        for pid in pids:   # of make test's unit lane (where spinners got no CPU beside Ray)
+            os.setpriority(os.PRIO_PROCESS, pid, 0)
+    return pids
 
 
 def _kill(pids: list[int]) -> None:
@@ -153,6 +163,9 @@ def _measure_both(tmp_path: Path, seconds: float, sut: Any
     for s in sensors:
         s.start()
     time.sleep(seconds)
+    deadline = time.monotonic() + 120  # and until each sensor wrote 4 records (a busy box)
+    while min(s.records for s in sensors) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
     for s, line in zip(sensors, lines, strict=True):
         s.stop()
         line.close()
