@@ -316,8 +316,12 @@ class GcsProbe:
             self.incarnation_at is None or self._last_failed_at > self.incarnation_at)
         new_head = appeared and failed_since_new and not self._new_since_new_head
         self._heads_seen |= heads
+        # a new cluster ID is a new GCS unless this outage's new GCS was already counted: on
+        # a busy box the first answer after a refusal (counted) may come without the ID, and
+        # the next one brings it (the same new GCS, not a second restart)
         restarted = self._last_up_at is None or self._gone_since_up or new_head \
-            or (new_id is not None and self.cluster_id is not None and new_id != self.cluster_id)
+            or (new_id is not None and self.cluster_id is not None and new_id != self.cluster_id
+                and failed_since_new)
         if appeared or self._last_up_at is None:
             self._new_since_new_head = False
         elif restarted:
