@@ -296,7 +296,10 @@ def test_the_head_breaking_point_ramp_finds_its_knee_on_kubernetes(world, tmp_pa
         assert ev["table"][-1]["offered"] == ev["broke_at"] and ev["reason"], ev
     assert any(s["gcs_rss_mb"] for s in ev["table"]), "the GCS's memory along the way"
     assert ev["knee"] is not None and ev["knee"] >= 50, ev
-    assert code in (0, 1) and not summary["errors"], out[-3000:]
+    # the knee's bound is absolute (a user's promise), so a busy host makes it inconclusive
+    # (CI: 1.33 foreign CPUs in the run window, the other lane's work), never a failure
+    assert not summary["errors"], out[-3000:]
+    assert code in (0, 1) or (code == 3 and "host busy" in out), out[-3000:]
     assert_clean(world)
 
 

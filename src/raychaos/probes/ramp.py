@@ -49,6 +49,11 @@ def ramp_knee(load: str | None = None,
         if result["broke_at"] is not None or finished or time.monotonic() > deadline:
             break
         time.sleep(1.0)
+    if result["broke_at"] is not None:
+        # the table ends at the step that broke: the load may already have moved on to the
+        # next step when the probe saw this one end, and that step was never judged
+        broke = next(i for i, s in enumerate(complete) if s["offered"] == result["broke_at"])
+        steps = steps[:broke + 1]
     evidence = {"load": spec.name, **result, "ramp": {
         "start": spec.ramp.start, "step": spec.ramp.step, "step_s": spec.ramp.step_s,
         "steps": spec.ramp.steps, "warmup_s": spec.ramp.warmup_s}, "table": steps}
