@@ -4,6 +4,8 @@
 // over HTTP on a Unix socket and reports the status the agent writes back, and serves the
 // kubelet API (exec, attach, containerLogs, portForward, pods) over HTTPS on the node's port,
 // to callers whose client certificate the bed's kubelet CA signed (the API server's).
+// The agent's routes are listed in agent.go; provider.go is the pod lifecycle, streams.go
+// exec, logs and port-forward.
 //
 // Run: raychaos-kubelet --config kubelet.json, the JSON raychaos.testbed.bed writes:
 //

@@ -196,6 +196,9 @@ func (p *provider) RunInContainer(ctx context.Context, ns, pod, container string
 	c := exec.CommandContext(ctx, nsenter, args...)
 	c.Env = envList(info.Env)
 	c.WaitDelay = 2 * time.Second // a daemon the command left holding stdout does not hold the exec
+	// the client gone: kill nsenter's whole session (its child in the container's PID
+	// namespace too), not nsenter alone
+	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
 	if attach.TTY() {
 		err = runTTY(c, attach)
 	} else {
