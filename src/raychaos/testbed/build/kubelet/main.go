@@ -22,6 +22,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -166,16 +167,20 @@ func newNode(ctx context.Context, cfg *config, n nodeConfig, client kubernetes.I
 		return nil, err
 	}
 	mux := http.NewServeMux()
+	var prov *provider // set when virtual-kubelet builds the provider, before it serves
 	newProviderFunc := func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
-		p := newProvider(n.Name, n.Address, agent, pc.Pods)
-		return p, p, nil
+		prov = newProvider(n.Name, n.Address, agent, pc.Pods)
+		return prov, prov, nil
+	}
+	forward := func(ctx context.Context, ns, pod string, port int32, s io.ReadWriteCloser) error {
+		return prov.PortForward(ctx, ns, pod, port, s)
 	}
 	return nodeutil.NewNode(n.Name, newProviderFunc,
 		nodeutil.WithClient(client),
 		func(c *nodeutil.NodeConfig) error {
 			c.NodeSpec = spec
 			c.HTTPListenAddr = net.JoinHostPort(n.Address, strconv.Itoa(n.Port))
-			c.Handler = mux
+			c.Handler = wsPortForward(mux, forward, streamTimeout)
 			c.StreamIdleTimeout = streamTimeout
 			c.StreamCreationTimeout = streamTimeout
 			// the agent resolves env when a container starts (status.podIP exists only then)
