@@ -38,7 +38,7 @@ def add_cluster_parsers(sub: Any) -> None:
     tb.add_argument("--namespace", default="ray", help="namespace up creates (default: ray)")
     tb.add_argument("--nodes", action="store_true",
                     help="up: also the node agent and the kubelet (virtual-kubelet; root). "
-                         "Experimental: not yet run end to end against the real operator")
+                         "Experimental: pods run, the catalog is not yet run on it")
     tb.set_defaults(handler=testbed)
 
 
