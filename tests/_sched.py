@@ -46,7 +46,7 @@ class SchedulerLag:
     def late(self, t0: float, t1: float) -> float:
         """The lateness of the observer's sleeps that overlapped [t0, t1], summed (waits for
         its next wake-up, so a sleep still pending at t1 is counted)."""
-        deadline = time.monotonic() + 30.0
-        while not any(w >= t1 for _, w, _ in list(self._wakes)) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30.0  # wake-ups are appended in order: the last one tells
+        while not (self._wakes and self._wakes[-1][1] >= t1) and time.monotonic() < deadline:
             time.sleep(self.step_s)
         return sum(late for asked, woke, late in list(self._wakes) if woke >= t0 and asked <= t1)

@@ -92,18 +92,24 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def _measure(tmp_path: Path, name: str, seconds: float, sut: Any = None,
-             at_least: int = 0) -> list[dict[str, Any]]:
-    """``seconds`` of the sensor, and longer until it wrote ``at_least`` records: at nice 19
-    beside a real cluster (make test's unit lane) its thread can wait seconds for a CPU."""
-    timeline = Timeline(tmp_path / f"{name}.jsonl", Clock())
-    sensor = HostNoise(timeline, sut, interval_s=0.5)
-    sensor.start()
+def _run_sensors(sensors: list[HostNoise], seconds: float, at_least: int) -> None:
+    """Start the sensors; stop them after ``seconds`` and once each wrote ``at_least`` records
+    (at nice 19 beside a real cluster, make test's unit lane, a thread can wait seconds for a
+    CPU)."""
+    for s in sensors:
+        s.start()
     time.sleep(seconds)
     deadline = time.monotonic() + 120
-    while sensor.records < at_least and time.monotonic() < deadline:
+    while min(s.records for s in sensors) < at_least and time.monotonic() < deadline:
         time.sleep(0.1)
-    sensor.stop()
+    for s in sensors:
+        s.stop()
+
+
+def _measure(tmp_path: Path, name: str, seconds: float, sut: Any = None,
+             at_least: int = 0) -> list[dict[str, Any]]:
+    timeline = Timeline(tmp_path / f"{name}.jsonl", Clock())
+    _run_sensors([HostNoise(timeline, sut, interval_s=0.5)], seconds, at_least)
     timeline.close()
     return [r for r in read_timeline(tmp_path / f"{name}.jsonl") if r["kind"] == "host"]
 
@@ -160,14 +166,8 @@ def _measure_both(tmp_path: Path, seconds: float, sut: Any
     """Two sensors over the same seconds: one that knows no SUT, one told ``sut`` is it."""
     lines = [Timeline(tmp_path / f"{n}.jsonl", Clock()) for n in ("blind", "told")]
     sensors = [HostNoise(lines[0], None, interval_s=0.5), HostNoise(lines[1], sut, interval_s=0.5)]
-    for s in sensors:
-        s.start()
-    time.sleep(seconds)
-    deadline = time.monotonic() + 120  # and until each sensor wrote 4 records (a busy box)
-    while min(s.records for s in sensors) < 4 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for s, line in zip(sensors, lines, strict=True):
-        s.stop()
+    _run_sensors(sensors, seconds, at_least=4)
+    for line in lines:
         line.close()
     return tuple([r for r in read_timeline(tmp_path / f"{n}.jsonl") if r["kind"] == "host"]
                  for n in ("blind", "told"))  # type: ignore[return-value]
