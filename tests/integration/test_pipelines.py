@@ -70,9 +70,10 @@ def test_head_kill_through_the_plugin_then_compare(cluster, pytester: pytest.Pyt
     [run_dir] = runs
     summary = json.loads((run_dir / "summary.json").read_text())
     # a healthy cluster passes, or (the other lane loading these cores) is inconclusive for
-    # a reason about the data: those checks' items are skipped, none fails
-    assert result.ret == 0, out  # passed and skipped items only
+    # a reason about the data: those checks' items are skipped, none fails. The summary is
+    # read first: a failed assertion then names each check's evidence, not only pytest's exit
     assert_healthy({"pass": 0, "inconclusive": 3}.get(summary["verdict"], 1), summary, out)
+    assert result.ret == 0, out  # passed and skipped items only
     late = {f"slo[{s['name']}]" for s in summary["slos"] if s["verdict"] != "pass"}
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed", 0) == 0 and outcomes.get("errors", 0) == 0, out

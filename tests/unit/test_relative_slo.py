@@ -304,3 +304,53 @@ def test_an_open_loop_backlog_is_drained_when_no_more_waits_than_at_baseline():
     # four outage requests still had to answer inside the judged window
     assert drained == 23.5, drained
     assert backlog_drained(timeline(), windows(timeline()), "serve") is None  # closed loop
+
+
+def _backlogged(answer_after: int, *, seconds: int = 10, late_ms: float = 4000.0) -> list[dict]:
+    """The Serve load at 5 arrivals a second; nothing answered in the 5 s outage; after it,
+    ``answer_after`` answered a second (the queued ones first, each ``late_ms`` late: they
+    waited out the outage) for ``seconds`` of recovery."""
+    recs = timeline(baseline_s=30, recovery_s=seconds)
+    pending = 0
+    for r in recs:
+        if r.get("kind") != "load":
+            continue
+        s = int(r["t"])
+        answered = 5 if s < 31 else 0 if s < 36 else min(answer_after, pending + 5)
+        late = min(answered, pending)  # the queued ones answer first
+        pending += 5 - answered
+        ms = np.r_[np.full(late, late_ms), np.full(answered - late, 50.0)] * np.linspace(
+            0.9, 1.1, answered)
+        r.update(_second(r["t"], ms), offered=5)
+    return recs
+
+
+def test_a_window_that_ends_while_the_backlog_drains_is_too_short_not_slow():
+    # 25 queued by the outage, worked off at 3 a second beyond the arrivals: 8 s to drain.
+    # Watched for 4 s, every request judged waited out the outage: too short to tell
+    row = judge(relative(min_samples=20), _backlogged(8, seconds=4), min_samples=20)
+    assert row["verdict"] == "inconclusive", row
+    why = row["evidence"]["inconclusive"]
+    assert "still working off the outage's backlog" in why and "too short" in why, why
+    # watched long enough, the requests after the backlog are judged — as fast as baseline
+    row = judge(relative(min_samples=20), _backlogged(8, seconds=20), min_samples=20)
+    assert row["verdict"] == "pass" and row["evidence"]["backlog_drained_s"] > 7, row
+
+
+def test_a_load_answering_no_faster_than_it_is_asked_never_recovers_and_fails():
+    # after the outage Serve answers 5 a second, as many as arrive: the 25 queued stay queued
+    # and every request waits out the outage — not recovering, whatever the window's length
+    row = judge(relative(min_samples=20), _backlogged(5, seconds=10), min_samples=20)
+    assert row["verdict"] == "fail" and row["value"] > 10, row
+    assert "backlog_drained_s" not in row["evidence"], row
+
+
+def test_a_relative_verdict_says_its_value_is_a_factor_and_of_what():
+    from raychaos.results.checks import slo_message
+
+    row = judge(relative(min_samples=20), _backlogged(5, seconds=10), min_samples=20)
+    text = slo_message(row)
+    ev = row["evidence"]
+    assert f"x its baseline ({ev['window_value']:.4g} against {ev['baseline_value']:.4g}" \
+        in text, text
+    assert f"{ev['samples']} vs {ev['baseline_samples']} samples), required <= 2.0" in text, text

@@ -245,6 +245,10 @@ def _relative(slo: SloSpec, records: list[dict[str, Any]], wins: Wins, need: int
                                 "baseline_samples": n_base, "min_samples": need}
     if drained is not None:
         evidence["backlog_drained_s"] = round(judged["recovery"][0] - wins["recovery"][0], 3)
+    elif slo.window == "recovery":
+        draining = still_draining(records, wins, slo.load)
+        if draining:
+            return None, "inconclusive", {**evidence, "inconclusive": draining}
     if base is None or mine is None:
         return None, "error", {**evidence, "note": f"not measured: {who} reports no "
                                                    "per-request latencies"}
@@ -282,21 +286,59 @@ def backlog_drained(records: list[dict[str, Any]], wins: Wins, load: str | None
     ``throughput_recovery_s`` and the chaos window judge — so "p95 after recovery" reads the
     requests after it. None for a closed-loop load (no backlog can form) or when it never
     drained (then the whole window is judged, backlog and all)."""
+    waiting = _waiting(records, wins, load)
+    if waiting is None:
+        return None
+    lo, hi = wins["baseline"]
+    usual = max((w for t, w, _, _ in waiting if lo <= t - 0.5 < hi), default=0)
+    chaos_end = wins["chaos"][1]
+    return next((t for t, w, _, _ in waiting if t - 0.5 >= chaos_end and w <= usual + 1), None)
+
+
+def _waiting(records: list[dict[str, Any]], wins: Wins, load: str | None
+             ) -> list[tuple[float, int, int, int]] | None:
+    """An open-loop load's seconds as ``(t, requests waiting at its end, arrivals, answered)``;
+    None for a closed-loop load, several loads or a run without a fault."""
     names = [load] if load else load_names(records)
     if len(names) != 1 or "chaos" not in wins:
         return None
     rows = series(records, names[0], load_end(records))
     if not rows or not all("offered" in r for r in rows if not r.get("zero_line")):
         return None
-    waiting, pending = [], 0
+    out, pending = [], 0
     for r in rows:
-        pending += int(r.get("offered") or 0) - int(r.get("count") or 0) - int(
-            r.get("failures") or 0)
-        waiting.append((float(r["t"]), pending))
-    lo, hi = wins["baseline"]
-    usual = max((w for t, w in waiting if lo <= t - 0.5 < hi), default=0)
-    chaos_end = wins["chaos"][1]
-    return next((t for t, w in waiting if t - 0.5 >= chaos_end and w <= usual + 1), None)
+        offered, answered = int(r.get("offered") or 0), int(r.get("count") or 0)
+        pending += offered - answered - int(r.get("failures") or 0)
+        out.append((float(r["t"]), pending, offered, answered))
+    return out
+
+
+def still_draining(records: list[dict[str, Any]], wins: Wins, load: str | None
+                   ) -> str | None:
+    """Why a recovery window that ended before an open-loop load's backlog drained says nothing
+    about its latency after recovery, or None. The window held the outage's own requests,
+    answering late because of the outage; if the load was answering more than arrived (its
+    backlog falling by at least :data:`STALL_EXPECTED` requests) it was recovering, and the
+    observation was too short to see it done — a CI run judged a healthy Serve 42x slower after
+    recovery when its 3 s window bound ended 7 s into working off a 30-request backlog.
+    Answering no faster than requests arrive is no recovery: judged as it is (a fail, most
+    likely), as is a backlog shed by failing requests (the error checks judge those)."""
+    waiting = _waiting(records, wins, load)
+    if waiting is None or "recovery" not in wins:
+        return None
+    lo, hi = wins["recovery"]
+    inside = [w for w in waiting if lo <= w[0] - 0.5 < hi]
+    if not inside:
+        return None
+    arrivals = sum(w[2] for w in inside)
+    answered = sum(w[3] for w in inside)
+    if answered - arrivals < STALL_EXPECTED:
+        return None
+    peak = max(w[1] for w in waiting if w[0] - 0.5 >= wins["chaos"][0])
+    who = f"load {load}" if load else "the load"
+    return (f"the observation ended while {who} was still working off the outage's backlog "
+            f"({inside[-1][1]} requests waiting, {peak} at most; {answered} answered and "
+            f"{arrivals} arrived in recovery): too short to judge its latency after recovery")
 
 
 def _too_short_to_stall(records: list[dict[str, Any]], wins: Wins, load: str | None,

@@ -98,10 +98,18 @@ def slo_message(slo: dict[str, Any]) -> str:
     value = slo.get("value")
     shown = "not measured" if value is None else f"{value:g}" if isinstance(
         value, (int, float)) else str(value)
-    text = (f"{slo.get('name')}: {slo.get('metric')} {where} measured {shown}, "
-            f"required {slo.get('op')} {slo.get('threshold')}")
     raw = slo.get("evidence")
     evidence: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    text = (f"{slo.get('name')}: {slo.get('metric')} {where} measured {shown}, "
+            f"required {slo.get('op')} {slo.get('threshold')}")
+    if slo.get("relative_to") and value is not None and "baseline_value" in evidence:
+        # the value is a factor: say of what, and how sure ("42.2" alone read as 42 ms)
+        ci = evidence.get("ci") or [value, value]
+        text = (f"{slo.get('name')}: {slo.get('metric')} {where} measured {shown} x its "
+                f"{slo.get('relative_to')} ({evidence.get('window_value'):.4g} against "
+                f"{evidence.get('baseline_value'):.4g}; 95 % interval {ci[0]:.3g}..{ci[1]:.3g}, "
+                f"{evidence.get('samples')} vs {evidence.get('baseline_samples')} samples), "
+                f"required {slo.get('op')} {slo.get('threshold')}")
     note = evidence.get("note") or evidence.get("reason")
     if value is None and note:
         text += f" ({note})"
