@@ -19,6 +19,7 @@ from raychaos.observe.hostnoise import (
     noise_by_window,
     noise_differs,
     noise_high,
+    noise_louder,
     parse_proc_stat,
     window_noise,
 )
@@ -36,11 +37,11 @@ procs_blocked 0
 """
 
 
-def host(t: float, foreign: float = 0.05, lag: float = 3.0, sut_known: bool = True
-         ) -> dict[str, Any]:
+def host(t: float, foreign: float = 0.05, lag: float = 3.0, sut_known: bool = True,
+         psi: float | None = 1.0) -> dict[str, Any]:
     return {"kind": "host", "t": t, "foreign_cpus": foreign, "busy_cpus": foreign + 0.5,
             "timer_lag_ms_p95": lag, "timer_lag_ms_max": lag * 2, "run_queue": 2,
-            "steal_pct": 0.0, "psi_cpu_some_avg10": 1.0, "sut_known": sut_known}
+            "steal_pct": 0.0, "psi_cpu_some_avg10": psi, "sut_known": sut_known}
 
 
 def test_proc_stat_is_parsed():
@@ -84,6 +85,26 @@ def test_the_judges_say_why_in_one_sentence():
         "host busy: unrelated work took 1.10 CPUs in recovery (bound 0.30)")
     assert noise_high(laggy, "chaos", b) == "host busy: timer lag p95 120 ms in chaos (bound 20 ms)"
     assert noise_high({"samples": 0}, "chaos", b) == "host noise not measured in chaos (0 samples)"
+
+
+def test_a_stressor_taking_what_an_idle_system_left_is_not_louder_noise():
+    """A steady stressor gets more CPU while the system under test waits (a saturated link
+    stalls its tasks): more foreign CPU in a window no more contended is no excuse for a miss
+    there; with the CPU as contended or more, it is."""
+    b = NoiseBounds()
+
+    def win(foreign: float, lag: float, psi: float | None) -> dict[str, Any]:
+        return window_noise([host(t, foreign, lag, psi=psi) for t in range(5)], (0, 5))
+
+    base = win(0.36, 136.0, 82.0)
+    idle_sut = win(0.81, 47.0, 72.0)  # what stress-ng --cpu-load 50 did beside a stalled storm
+    assert noise_louder(base, idle_sut, "chaos", b) is None
+    taken = win(0.81, 47.0, 90.0)  # the same CPU, but more pressure: taken from the system
+    assert noise_louder(base, taken, "chaos", b) == (
+        "host busy: unrelated work took 0.81 CPUs in chaos vs 0.36 in baseline")
+    # no pressure figure (an older kernel): the timer lag says how contended
+    assert noise_louder(win(0.36, 136.0, None), win(0.81, 47.0, None), "chaos", b) is None
+    assert noise_louder(win(0.36, 40.0, None), win(0.81, 47.0, None), "chaos", b) is not None
 
 
 def _spin(seconds: float) -> None:

@@ -354,3 +354,25 @@ def test_a_relative_verdict_says_its_value_is_a_factor_and_of_what():
     assert f"x its baseline ({ev['window_value']:.4g} against {ev['baseline_value']:.4g}" \
         in text, text
     assert f"{ev['samples']} vs {ev['baseline_samples']} samples), required <= 2.0" in text, text
+
+
+def test_the_baseline_starts_once_every_load_reported_not_with_its_start_up():
+    from raychaos.observe.windows import windows
+
+    # a load's first line is empty (nothing done yet); its second holds the requests queued
+    # while its workers started: 2.4 s each
+    recs = timeline()
+    first, warm_up = [r for r in recs if r.get("kind") == "load"][:2]
+    first.update(_second(first["t"], np.array([])))
+    warm_up.update(_second(warm_up["t"], np.full(RATE, 2400.0)))
+    chaos = SloSpec(name="p95", metric="p95_latency_ms", window="chaos", load="serve",
+                    relative_to="baseline", op="<=", threshold=2.0)
+    warm = judge(chaos, recs)["evidence"]
+    assert warm["baseline_value"] > 2000, warm  # one second of start-up is the baseline's p95
+    recs.append({"t": warm_up["t"] + 0.1, "kind": "event", "event": "baseline_start",
+                 "name": ""})
+    recs.sort(key=lambda r: r["t"])
+    assert windows(recs)["baseline"][0] == warm_up["t"] + 0.1
+    assert windows(recs)["run"][0] == first["t"]  # the run's own figures still count it
+    settled = judge(chaos, recs)["evidence"]
+    assert settled["baseline_value"] < 150 and settled["baseline_samples"] == 9 * RATE, settled

@@ -2,7 +2,9 @@
 
 Windows come from the fault events on the run's one clock (:class:`~raychaos.results.store.Ev`):
 
-- ``baseline``: from the first load record (or the run start) to the first ``fault_start``;
+- ``baseline``: from ``baseline_start`` (every load reported its first completions: their
+  start-up is not the system's steady state) — in a timeline without it, the first load record
+  (or the run start) — to the first ``fault_start``;
 - ``chaos``: from the first ``fault_start`` to the last ``fault_end`` — for a fault whose effect
   is over once applied (a kill the head recovers from) that is its ``fault_applied``, for a
   lasting one (a throttle, a drain) its ``rollback_end`` (or ``rollback_failed``);
@@ -37,8 +39,10 @@ def windows(records: list[dict[str, Any]]) -> dict[str, Window]:
     starts = [e["t"] for e in events if e["event"] == Ev.FAULT_START]
     loads = [r["t"] for r in records if r.get("kind") == "load"]
     first = min(loads) if loads else min((r["t"] for r in records), default=0.0)
+    settled = [e["t"] for e in events if e["event"] == Ev.BASELINE_START]
+    base = max(first, min(settled)) if settled else first
     if not starts:
-        return {"baseline": (first, end), "run": (first, end)}
+        return {"baseline": (base, end), "run": (first, end)}
     chaos_start = min(starts)
     ends = [e["t"] for e in events if e["event"] == Ev.FAULT_END
             or (e["event"] == Ev.ROLLBACK_FAILED and _detail(e).get("lasting", True))]
@@ -49,7 +53,7 @@ def windows(records: list[dict[str, Any]]) -> dict[str, Window]:
                     and _detail(e).get("lasting", True))]
     ends = [t for t in ends if t >= chaos_start]
     chaos_end = max(ends, default=end)
-    out = {"baseline": (min(first, chaos_start), chaos_start), "chaos": (chaos_start, chaos_end),
+    out = {"baseline": (min(base, chaos_start), chaos_start), "chaos": (chaos_start, chaos_end),
            "recovery": (chaos_end, end), "run": (first, end)}
     together = [o for span in fault_spans(records) for o in span["overlap_spans"]]
     if together:

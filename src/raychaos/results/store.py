@@ -50,6 +50,10 @@ class Ev:
 
     - ``phase``: the run entered a phase (``name``: start, experiment, hypothesis, method,
       rollbacks, finish);
+    - ``baseline_start``: every load had reported its first completions (and the sentinel
+      existed): the baseline window starts here, not at the first load record, whose second
+      holds the requests queued while the load's workers started (a task storm's first 73
+      tasks at p95 2.4 s against 50 ms after it);
     - ``activity_start`` / ``activity_end``: a Chaos Toolkit activity (``name``; ``detail``:
       type, and at the end status);
     - ``fault_start``: a fault's ledger record exists, before it acts (``detail``: id, args);
@@ -81,6 +85,7 @@ class Ev:
     """
 
     PHASE = "phase"
+    BASELINE_START = "baseline_start"
     ACTIVITY_START = "activity_start"
     ACTIVITY_END = "activity_end"
     FAULT_START = "fault_start"

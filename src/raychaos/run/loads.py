@@ -189,6 +189,7 @@ class LoadSet:
             self.phases.enter("sentinel")
             run.extras["sentinel"] = await_sentinel(run.target, watch)
         self.phases.enter("baseline")
+        run.timeline.event(Ev.BASELINE_START)
         hold = run.settings.monitor.settle_s if run.settings.loads else \
             min(run.settings.monitor.settle_s, 2.0)
         self.say(f"baseline: {hold:g}s")
