@@ -138,3 +138,22 @@ def test_the_routes_the_go_kubelet_calls(served):
     assert agent.pods.store.get("pods", "ray", "demo-head-abc")["metadata"][
         "deletionGracePeriodSeconds"] == 5
     assert _call(sock, "GET", "/nowhere")[0] == 404
+
+
+@pytest.mark.parametrize(("image", "command", "args", "argv"), [
+    # the official Redis image: its entrypoint runs redis-server, protected mode off
+    ("redis:7.4", [], ["--appendonly", "yes"],
+     ["redis-server", "--protected-mode", "no", "--appendonly", "yes"]),
+    ("docker.io/library/redis@sha256:00", [], [], ["redis-server", "--protected-mode", "no"]),
+    ("redis:7", [], ["redis-server", "--port", "7000"],
+     ["redis-server", "--protected-mode", "no", "--port", "7000"]),
+    # a command replaces the entrypoint; KubeRay's Ray pods always give one
+    ("redis:7.4", ["sleep"], ["5"], ["sleep", "5"]),
+    ("rayproject/ray:2.60.0", ["/bin/bash", "-lc", "--"], ["ray start --head"],
+     ["/bin/bash", "-lc", "--", "ray start --head"]),
+    ("busybox", [], ["true"], ["true"]),  # unknown: its args as they are
+])
+def test_a_container_runs_what_its_image_would(image, command, args, argv):
+    from raychaos.testbed.node.runtime import argv_of
+
+    assert argv_of(image, command, args) == argv

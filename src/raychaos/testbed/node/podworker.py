@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from raychaos.testbed.node.objects import now, quantity, set_condition
-from raychaos.testbed.node.runtime import Container, Mount, base_env
+from raychaos.testbed.node.runtime import Container, Mount, argv_of, base_env
 
 __all__ = ["PodWorker", "container_env"]
 
@@ -165,7 +165,8 @@ class PodWorker(threading.Thread):
             env["HOME"] = "/tmp/home"
         env["WORLD_PATH"] = env["PATH"]
         argv = [re.sub(r"\$\((\w+)\)", lambda m: env.get(m[1], m[0]), a)
-                for a in list(c.get("command") or []) + list(c.get("args") or [])]
+                for a in argv_of(str(c.get("image") or ""), list(c.get("command") or []),
+                                 list(c.get("args") or []))]
         return Container(c["name"], self.netns, self.name, argv or ["sleep", "infinity"], env,
                          tmp, self.dir / f"{c['name']}-{n}.log",
                          mounts, self.k.nice_for(pod), self.k.pod_cpu_group(pod, self.node))

@@ -26,11 +26,33 @@ from typing import Any
 
 import psutil
 
-__all__ = ["Container", "MARKER", "base_env", "sweep", "marked"]
+__all__ = ["Container", "IMAGE_DEFAULTS", "MARKER", "argv_of", "base_env", "sweep", "marked"]
 
 MARKER = "RAYCHAOS_WORLD"
 VENV_BIN = str(Path(sys.executable).parent)
 SAFE_MOUNT_ROOTS = ("/tmp/", "/dev/shm")
+
+
+#: what an image runs when its container names no ``command`` (the image's ENTRYPOINT and
+#: CMD), keyed by the image's repository name: the bed runs this machine's binaries, so an
+#: image is only the name of one. Redis as the official image's entrypoint script runs it when
+#: no config file is given: protected mode off, or a client from another pod is refused
+IMAGE_DEFAULTS: dict[str, tuple[list[str], list[str]]] = {
+    "redis": (["redis-server", "--protected-mode", "no"], []),
+}
+
+
+def argv_of(image: str, command: list[str], args: list[str]) -> list[str]:
+    """A container's argv as a runtime builds it: ``command`` replaces the image's entrypoint
+    (and drops its CMD), ``args`` replace its CMD. An unknown image without a command runs its
+    args as they are (or nothing)."""
+    if command:
+        return command + args
+    name = image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+    entry, cmd = IMAGE_DEFAULTS.get(name, ([], []))
+    if entry and args[:1] == entry[:1]:
+        args = args[1:]  # "redis-server --port 7000": the program named again, as CMD does
+    return entry + (args or cmd)
 
 
 def base_env(hostname: str, marker: str) -> dict[str, str]:
