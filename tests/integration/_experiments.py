@@ -108,7 +108,7 @@ def why_failed(code: int, summary: dict[str, Any]) -> str:
 
 
 #: what an inconclusive check's reason names: the data, never the system under test
-DATA_REASONS = ("host busy", "host noise", "samples in", "too short", "interval")
+DATA_REASONS = ("host busy", "host noise", "samples in", "too short", "interval", "at its capacity")
 
 
 def assert_healthy(code: int, summary: dict[str, Any], context: str = "") -> bool:

@@ -337,18 +337,28 @@ def test_a_window_that_ends_while_the_backlog_drains_is_too_short_not_slow():
     assert row["verdict"] == "pass" and row["evidence"]["backlog_drained_s"] > 7, row
 
 
-def test_a_load_answering_no_faster_than_it_is_asked_never_recovers_and_fails():
-    # after the outage Serve answers 5 a second, as many as arrive: the 25 queued stay queued
-    # and every request waits out the outage — not recovering, whatever the window's length
-    row = judge(relative(min_samples=20), _backlogged(5, seconds=10), min_samples=20)
+def test_a_load_answering_slower_than_before_the_fault_fails():
+    # after the outage Serve answers 3 a second where it answered 5 before: the backlog grows
+    # and every request waits out the outage and more — not recovered, however long watched
+    row = judge(relative(min_samples=20), _backlogged(3, seconds=10), min_samples=20)
     assert row["verdict"] == "fail" and row["value"] > 10, row
     assert "backlog_drained_s" not in row["evidence"], row
+
+
+def test_a_load_at_its_capacity_cannot_drain_the_backlog_and_says_so():
+    # after the outage Serve answers 5 a second, as before it and as many as arrive: the
+    # cluster serves what it did, but the 25 queued by the outage stay queued (the rate is
+    # at what it serves on this host): its latency after recovery cannot be read
+    row = judge(relative(min_samples=20), _backlogged(5, seconds=10), min_samples=20)
+    assert row["verdict"] == "inconclusive" and row["value"] is None, row
+    why = row["evidence"]["inconclusive"]
+    assert "as in baseline (5.0/s)" in why and "at its capacity" in why, why
 
 
 def test_a_relative_verdict_says_its_value_is_a_factor_and_of_what():
     from raychaos.results.checks import slo_message
 
-    row = judge(relative(min_samples=20), _backlogged(5, seconds=10), min_samples=20)
+    row = judge(relative(min_samples=20), _backlogged(3, seconds=10), min_samples=20)
     text = slo_message(row)
     ev = row["evidence"]
     assert f"x its baseline ({ev['window_value']:.4g} against {ev['baseline_value']:.4g}" \

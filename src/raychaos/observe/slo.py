@@ -49,6 +49,7 @@ from raychaos.config.metrics import BASELINE_PACE_METRICS, METRICS, probe_of
 from raychaos.config.settings import MIN_SAMPLES, HostNoiseSpec, SloProfile, SloSpec
 from raychaos.observe.hostnoise import NoiseBounds, noise_by_window, noise_high, noise_louder
 from raychaos.observe.loadstats import (
+    BACK_FRACTION,
     aggregate,
     baseline_pace,
     load_end,
@@ -316,13 +317,22 @@ def _waiting(records: list[dict[str, Any]], wins: Wins, load: str | None
 def still_draining(records: list[dict[str, Any]], wins: Wins, load: str | None
                    ) -> str | None:
     """Why a recovery window that ended before an open-loop load's backlog drained says nothing
-    about its latency after recovery, or None. The window held the outage's own requests,
-    answering late because of the outage; if the load was answering more than arrived (its
-    backlog falling by at least :data:`STALL_EXPECTED` requests) it was recovering, and the
-    observation was too short to see it done — a CI run judged a healthy Serve 42x slower after
-    recovery when its 3 s window bound ended 7 s into working off a 30-request backlog.
-    Answering no faster than requests arrive is no recovery: judged as it is (a fail, most
-    likely), as is a backlog shed by failing requests (the error checks judge those)."""
+    about its latency after recovery, or None (then the window is judged as it is, backlog and
+    all: a fail, most likely). The window held the outage's own requests, answering late
+    *because* of the outage. Two cases say nothing about the system after it:
+
+    - the load was answering more than arrived (its backlog falling by at least
+      :data:`STALL_EXPECTED` requests): it was recovering, and the observation was too short
+      to see it done — a CI run judged a healthy Serve 42x slower after recovery when its 3 s
+      window bound ended 7 s into working off a 30-request backlog;
+    - it answered as fast as in its baseline (:data:`BACK_FRACTION` of that rate or more) but
+      no faster than requests arrived: the cluster serves what it did before the fault, and
+      the load's rate is at what it serves on this host, so the backlog can never drain — seen
+      beside ``stress-ng --cpu-load 50``: 4.6 answers a second before and after, 45 waiting
+      for 40 s. Latency after recovery cannot be read at that rate.
+
+    Answering slower than before the fault is no recovery; nor is a backlog shed by failing
+    requests (the error checks judge those)."""
     waiting = _waiting(records, wins, load)
     if waiting is None or "recovery" not in wins:
         return None
@@ -332,13 +342,23 @@ def still_draining(records: list[dict[str, Any]], wins: Wins, load: str | None
         return None
     arrivals = sum(w[2] for w in inside)
     answered = sum(w[3] for w in inside)
-    if answered - arrivals < STALL_EXPECTED:
-        return None
-    peak = max(w[1] for w in waiting if w[0] - 0.5 >= wins["chaos"][0])
     who = f"load {load}" if load else "the load"
-    return (f"the observation ended while {who} was still working off the outage's backlog "
-            f"({inside[-1][1]} requests waiting, {peak} at most; {answered} answered and "
-            f"{arrivals} arrived in recovery): too short to judge its latency after recovery")
+    if answered - arrivals >= STALL_EXPECTED:
+        peak = max(w[1] for w in waiting if w[0] - 0.5 >= wins["chaos"][0])
+        return (f"the observation ended while {who} was still working off the outage's "
+                f"backlog ({inside[-1][1]} requests waiting, {peak} at most; {answered} "
+                f"answered and {arrivals} arrived in recovery): too short to judge its latency "
+                "after recovery")
+    blo, bhi = wins["baseline"]
+    before = [w for w in waiting if blo <= w[0] - 0.5 < bhi]
+    base_rate = sum(w[3] for w in before) / len(before) if before else 0.0
+    rate = answered / len(inside)
+    if base_rate and rate >= BACK_FRACTION * base_rate:
+        return (f"{who} answered {rate:.1f}/s after recovery, as in baseline "
+                f"({base_rate:.1f}/s), but no faster than requests arrived, so the outage's "
+                f"backlog never drained ({inside[-1][1]} waiting at the end): its rate is at "
+                "its capacity on this host (lower it to judge latency after recovery)")
+    return None
 
 
 def _too_short_to_stall(records: list[dict[str, Any]], wins: Wins, load: str | None,
