@@ -207,7 +207,9 @@ def recovery_figures(records: list[dict[str, Any]], stable_s: float = STABLE_S
         out["outage_max_gap_s"], out["outage_samples_per_s"] = (gaps["max_gap_s"],
                                                                gaps["samples_per_s"])
         if recovered_at is not None:
-            out["gcs_flaps_after_recovery"] = _flaps([s for s in rest if s["t"] >= recovered_at])
+            later = [s for s in rest if s["t"] >= recovered_at]
+            out["gcs_flaps_after_recovery"] = _flaps(later)
+            out["gcs_flap_spans"] = _flap_spans(later)
     if head_kill:
         out.update(_reregistration(samples, after, t0, workers_before))
     if recovered_at is not None:
@@ -228,6 +230,27 @@ def recovery_figures(records: list[dict[str, Any]], stable_s: float = STABLE_S
     gpus = _back_to(samples, t0, "gpus_total")
     out["gpus_back_s"] = None if gpus is None else round(gpus - t0, 3)
     return out
+
+
+def _flap_spans(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each stretch the GCS was down again (run times, from the first down sample to the next
+    answer or the last sample), and whether anything refused it there (``refused``: a
+    connection refused or reset, an error other than a missed deadline) or it only missed its
+    deadlines — which a starved harness does to a healthy GCS."""
+    spans: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    for prev, s in zip(samples, samples[1:], strict=False):
+        if prev["_up"] and not s["_up"]:
+            current = {"from": s["t"], "to": s["t"], "refused": False}
+            spans.append(current)
+        if current is None:
+            continue
+        current["to"] = s["t"]
+        if s["_up"]:
+            current = None
+        elif not s.get("gcs_late"):
+            current["refused"] = True
+    return spans
 
 
 def _flaps(samples: list[dict[str, Any]]) -> int:

@@ -445,7 +445,8 @@ def _noise_reason(slo: SloSpec, verdict: str, wins: Wins, noise: dict[str, dict[
     return noise_louder(base, judged, name, bounds) if verdict == "fail" else None
 
 
-def _bounds(profile: SloProfile | None) -> NoiseBounds:
+def noise_bounds(profile: SloProfile | None) -> NoiseBounds:
+    """The profile's ``host_noise`` bounds (the defaults without a profile)."""
     spec = profile.host_noise if profile else HostNoiseSpec()
     return NoiseBounds(foreign_cpus=spec.foreign_cpus, timer_lag_ms=spec.timer_lag_ms,
                        min_samples=spec.min_samples)
@@ -460,7 +461,7 @@ def evaluate(profile: SloProfile | None, records: list[dict[str, Any]],
     for p in probes:  # a probe run twice: the worst of its verdicts speaks
         if p["name"] not in by_name or _rank(p["verdict"]) > _rank(by_name[p["name"]]["verdict"]):
             by_name[p["name"]] = p
-    bounds = _bounds(profile)
+    bounds = noise_bounds(profile)
     noise = noise_by_window(records, wins)
     rows = []
     for slo in (profile.slos if profile else []):
