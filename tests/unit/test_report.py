@@ -172,3 +172,14 @@ def test_the_timeline_shows_links_health_checks_blackouts_and_false_deaths_toget
                for s in fig["layout"]["shapes"])
     assert any(n.get("text") == "worker-1 DEAD (raylet alive)"
                for n in fig["layout"]["annotations"])
+
+
+def test_a_relative_check_shows_factors_not_its_metrics_unit():
+    from raychaos.results.story import fmt_value, margin, slo_unit
+
+    row = {"name": "serve-p95", "metric": "p95_latency_ms", "relative_to": "baseline",
+           "value": 0.3234, "op": "<=", "threshold": 6.0, "verdict": "pass"}
+    assert slo_unit(row) == "x"
+    assert (fmt_value(row["value"], "x"), fmt_value(row["threshold"], "x")) == ("x0.323", "x6")
+    assert margin(row) == "x5.68 to spare (95% of the bound)"
+    assert slo_unit({**row, "relative_to": None}) == "ms"

@@ -16,13 +16,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from raychaos.config.metrics import METRICS
 from raychaos.observe.recovery import recovery_figures
 from raychaos.results.compare import judge_change
 from raychaos.results.interactive import figure_block, plotly_loader
 from raychaos.results.report import CSS, badge, esc
 from raychaos.results.store import load_run
-from raychaos.results.story import fmt_value
+from raychaos.results.story import fmt_value, slo_unit
 
 __all__ = ["build_history_page", "find_runs", "format_history", "history"]
 
@@ -61,7 +60,7 @@ def history(root: str | Path, tolerance: float = 0.2) -> dict[str, Any]:
         verdicts: dict[str, Any] = {}
         for slo in s.get("slos") or []:
             name = str(slo.get("name"))
-            unit = METRICS[slo["metric"]].unit if slo.get("metric") in METRICS else ""
+            unit = slo_unit(slo)
             group["columns"].setdefault(name, {"name": name, "kind": "slo",
                                                "op": slo.get("op", "<="),
                                                "threshold": slo.get("threshold"), "unit": unit})

@@ -31,6 +31,7 @@ from raychaos.results.story import (
     load_windows,
     margin,
     probe_figure,
+    slo_unit,
     story,
 )
 
@@ -109,7 +110,7 @@ def _slo_rows(slos: list[dict[str, Any]]) -> str:
         return "<p>No SLOs were judged.</p>"
     rows = []
     for s in slos:
-        unit = _unit(s.get("metric"))
+        unit = slo_unit(s)
         what = METRICS[s["metric"]].description if s.get("metric") in METRICS else ""
         scope = esc(s.get("window")) + (f" · {esc(s.get('load'))}" if s.get("load") else "")
         bad = ' class="bad"' if s.get("verdict") in ("fail", "error") else ""

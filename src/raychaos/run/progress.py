@@ -23,9 +23,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from raychaos.config.metrics import METRICS
 from raychaos.results.redact import redact_text
-from raychaos.results.story import fmt_value, margin, probe_figure
+from raychaos.results.story import fmt_value, margin, probe_figure, slo_unit
 
 __all__ = ["Progress", "Say", "Ticker", "verdict_table"]
 
@@ -243,7 +242,7 @@ def verdict_table(summary: dict[str, Any]) -> str:
     for c in checks_of(summary):
         if c["kind"] == "slo" and c["name"] in slos:
             s = slos[c["name"]]
-            unit = METRICS[s["metric"]].unit if s.get("metric") in METRICS else ""
+            unit = slo_unit(s)
             rows.append((str(s["name"]), str(s["window"]), fmt_value(s["value"], unit),
                          f"{s['op']} {fmt_value(s['threshold'], unit)}", margin(s),
                          str(c["verdict"])))
