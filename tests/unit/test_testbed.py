@@ -77,3 +77,26 @@ def test_down_stops_exactly_the_pids_up_wrote(cache):
         for p in (mine, other):
             p.kill()
             p.wait()
+
+
+def test_a_harness_pointed_at_a_bed_here_counts_the_bed_as_the_system_under_test(
+        cache, monkeypatch):
+    """The host-noise sensor subtracts the bed's CPU (its processes, its pods' groups) when the
+    API server is a bed's on this machine, and nothing for any other API server."""
+    import os
+
+    root = bed.state_dir("t")
+    root.mkdir(parents=True)
+    server = "https://127.0.0.1:40123"
+    (root / "bed.json").write_text(json.dumps({"name": "t", "server": server,
+                                               "pids": {"kube-apiserver": os.getpid()}}))
+    assert bed.local_sut("https://10.0.0.1:6443") is None
+    read = bed.local_sut(server + "/")
+    assert read is not None
+    monkeypatch.setattr("raychaos.targets.local.cpu.cpu_groups", lambda: None)
+    cpu_only = bed.local_sut(server)
+    assert cpu_only is not None and cpu_only() is None  # no CPU groups: the pods unknown
+    first = read()
+    if first is not None:  # root with a CPU controller: this process's CPU and no pods yet
+        sum(range(300_000))
+        assert read() >= first >= 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from raychaos.config.settings import KubernetesSpec
 from raychaos.errors import (
@@ -74,6 +74,8 @@ class KubernetesTarget:
         self._log_offsets: dict[str, int] = {}
         self.log_counts: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}  # rayobserve
         self._pulled: Informer | None = None
+        # a test bed on this machine: the reader of its CPU (False: not a bed; None: not asked)
+        self._bed_cpu: Callable[[], float | None] | Literal[False] | None = None
         self._emitted: set[str] = set()
         self._pod_snapshot: dict[str, dict[str, Any]] | None = None
 
@@ -297,8 +299,13 @@ class KubernetesTarget:
         return k8s_review.live_objects(self._api(), self.ns, self.raycluster)
 
     def sut_cpu_seconds(self) -> float | None:
-        """None: the cluster runs on its own nodes, not on the harness's host."""
-        return None
+        """The CPU of a test bed on this machine (``raychaos testbed``: its pods and its
+        control plane are the system under test); None for a cluster on its own nodes."""
+        if self._bed_cpu is None:
+            from raychaos.testbed.bed import local_sut
+
+            self._bed_cpu = local_sut(self._api().host) or False
+        return self._bed_cpu() if self._bed_cpu else None
 
     def node_storage(self) -> list[dict[str, Any]]:  # not observed in pods: review reads specs
         return [{"node": p["metadata"]["name"], "observed": False} for p in self._handle().pods()]
