@@ -5,6 +5,7 @@ rebuilt, a missing Go toolchain is one sentence, and ``down`` stops only the PID
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -83,8 +84,6 @@ def test_a_harness_pointed_at_a_bed_here_counts_the_bed_as_the_system_under_test
         cache, monkeypatch):
     """The host-noise sensor subtracts the bed's CPU (its processes, its pods' groups) when the
     API server is a bed's on this machine, and nothing for any other API server."""
-    import os
-
     root = bed.state_dir("t")
     root.mkdir(parents=True)
     server = "https://127.0.0.1:40123"
@@ -100,3 +99,35 @@ def test_a_harness_pointed_at_a_bed_here_counts_the_bed_as_the_system_under_test
     if first is not None:  # root with a CPU controller: this process's CPU and no pods yet
         sum(range(300_000))
         assert read() >= first >= 0
+
+
+def test_up_creates_the_demo_raycluster_with_its_redis_and_waits_for_it(tmp_path):
+    """The demo's objects go to their own collections; the RayCluster is waited for until the
+    operator calls it ready; a refusal names the object and the answer."""
+    calls: list[tuple[str, str]] = []
+    state = iter(["", "", "ready"])
+
+    class Api:
+        def call(self, method, path, body=None, timeout=10.0):
+            calls.append((method, path))
+            if method == "GET":
+                return 200, {"status": {"state": next(state)}}
+            return 201, body
+
+    said: list[str] = []
+    name = bed._create_demo(Api(), "ray", {"kuberay-operator": os.getpid()}, tmp_path,
+                            said.append)
+    assert name == "demo"
+    assert [p for m, p in calls if m == "POST"] == [
+        "/apis/apps/v1/namespaces/ray/deployments", "/api/v1/namespaces/ray/services",
+        "/apis/ray.io/v1/namespaces/ray/rayclusters"]
+    assert calls[-1] == ("GET", "/apis/ray.io/v1/namespaces/ray/rayclusters/demo")
+    assert said[-1].startswith("up: RayCluster ray/demo ready in")
+
+    class Refusing(Api):
+        def call(self, method, path, body=None, timeout=10.0):
+            return 422, "spec.foo: unknown field"
+
+    with pytest.raises(bed.BedError, match="creating Deployment redis answered 422"):
+        bed._create_demo(Refusing(), "ray", {"kuberay-operator": os.getpid()}, tmp_path,
+                         said.append)

@@ -31,14 +31,21 @@ def add_cluster_parsers(sub: Any) -> None:
                                         "from their Go modules (no Docker, no kind)",
                         description="build: build the parts that are missing (Go 1.26 and the "
                                     "Go module proxy; once per version). up: build, start, print "
-                                    "KUBECONFIG and namespace. down: stop what up started and "
-                                    "remove its state. status: its processes and readiness.")
+                                    "KUBECONFIG and namespace (with --nodes: and a ready "
+                                    "RayCluster with GCS fault tolerance, and the command that "
+                                    "runs the head kill on it). down: stop what up started and "
+                                    "remove its state, pods included. status: its processes and "
+                                    "readiness.")
     tb.add_argument("action", choices=["build", "up", "down", "status"])
     tb.add_argument("--name", default="default", help="the bed's name (default: default)")
     tb.add_argument("--namespace", default="ray", help="namespace up creates (default: ray)")
     tb.add_argument("--nodes", action="store_true",
-                    help="up: also the node agent and the kubelet (virtual-kubelet; root). "
-                         "Experimental: pods run, the catalog is not yet run on it")
+                    help="up: also four nodes (head-0, cpu-0, gpu-a, gpu-b: network namespaces "
+                         "whose pods are real processes; root) and the RayCluster 'demo' "
+                         "(GCS fault tolerance in Redis). Measured on it: head kill, GPU drain "
+                         "and the GCS-FT-off control; the whole catalog is not yet")
+    tb.add_argument("--no-cluster", action="store_true",
+                    help="up --nodes: create no RayCluster (apply your own)")
     tb.set_defaults(handler=testbed)
 
 
@@ -77,12 +84,17 @@ def testbed(args: argparse.Namespace) -> int:
         for name, path in build.build_all().items():
             print(f"{name}: {path}")
     elif args.action == "up":
-        b = bed.up(args.name, args.namespace, nodes=args.nodes)
+        b = bed.up(args.name, args.namespace, nodes=args.nodes, cluster=not args.no_cluster)
         print(f"up: test bed {b.name!r}, API server {b.server}")
         for name, pid in b.pids.items():
             print(f"  {name:24s} pid {pid}")
         print(f"export KUBECONFIG={b.kubeconfig}\nnamespace: {b.namespace}")
-        print(f"KUBECONFIG={b.kubeconfig} NAMESPACE={b.namespace}")
+        if b.cluster:
+            print(f"cluster: {b.cluster}\nrun: raychaos run experiments/head-kill.yaml "
+                  f"--target kubernetes --kubeconfig {b.kubeconfig} --namespace {b.namespace} "
+                  f"--cluster {b.cluster}")
+        print(f"KUBECONFIG={b.kubeconfig} NAMESPACE={b.namespace}"
+              + (f" CLUSTER={b.cluster}" if b.cluster else ""))
     elif args.action == "down":
         stopped = bed.down(args.name)
         print(f"down: stopped {', '.join(stopped) or 'nothing (all had exited)'}")

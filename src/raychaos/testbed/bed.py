@@ -62,6 +62,12 @@ DEFAULT_NODES: tuple[dict[str, Any], ...] = (
       for x in ("a", "b")),
 )
 READY_S = 120.0
+#: the RayCluster ``up --nodes`` creates (with its Redis for GCS fault tolerance)
+DEMO = Path(__file__).resolve().parent / "demo-raycluster.yaml"
+DEMO_READY_S = 300.0
+_PLURALS = {("apps/v1", "Deployment"): "/apis/apps/v1/namespaces/{ns}/deployments",
+            ("v1", "Service"): "/api/v1/namespaces/{ns}/services",
+            ("ray.io/v1", "RayCluster"): "/apis/ray.io/v1/namespaces/{ns}/rayclusters"}
 
 
 class BedError(RaychaosError):
@@ -84,11 +90,12 @@ class Bed:
     token: str
     pids: dict[str, int]
     ports: dict[str, int]
+    cluster: str | None = None  # the RayCluster up created (with nodes)
 
     def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "root": str(self.root), "kubeconfig": str(self.kubeconfig),
                 "namespace": self.namespace, "server": self.server, "pids": self.pids,
-                "ports": self.ports}
+                "ports": self.ports, "cluster": self.cluster}
 
 
 def _free_port() -> int:
@@ -190,9 +197,11 @@ def _kubelet_certs(certs: Path) -> None:
 
 
 def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None] = print,
-       nodes: bool = False) -> Bed:
+       nodes: bool = False, cluster: bool = True) -> Bed:
     """Build what is missing, start the control plane, create KubeRay's CRDs and ``namespace``;
-    with ``nodes``, the node agent and the kubelet, and wait until every node is Ready."""
+    with ``nodes``, the node agent and the kubelet, wait until every node is Ready, and (with
+    ``cluster``) create :data:`DEMO`'s RayCluster and wait until the operator calls it
+    ready."""
     if nodes and os.geteuid() != 0:
         raise BedError("the test bed's nodes are network namespaces and need root; run as "
                        "root, or leave out --nodes for the control plane alone")
@@ -282,17 +291,22 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
             str(bins["kuberay-operator"]),
             "--metrics-addr", f"127.0.0.1:{ports['kuberay-metrics']}",
             "--health-probe-bind-address", f"127.0.0.1:{ports['kuberay-probe']}",
-            "--enable-leader-election=false", "--log-stdout-encoder", "console"], env=env)
+            "--enable-leader-election=false", "--log-stdout-encoder", "console",
+            # it runs on the host, not in a pod: no cluster DNS for <svc>.<ns>.svc.cluster.local.
+            # KubeRay's flag for an operator outside the cluster: reach each head's dashboard
+            # through the API server's services/proxy (the API server reaches pod IPs here)
+            "--use-kubernetes-proxy"], env=env)
         _write_pids(root, pids)
         _wait("kuberay-operator",
               lambda: _http_ok(f"http://127.0.0.1:{ports['kuberay-probe']}/readyz"),
               pids["kuberay-operator"], root / "logs" / "kuberay-operator.log")
+        demo = _create_demo(api, namespace, pids, root, say) if nodes and cluster else None
     except BaseException:
         _stop(pids)
         _cleanup_nodes(name)
         shutil.rmtree(root, ignore_errors=True)
         raise
-    bed = Bed(name, root, kubeconfig, namespace, server, token, pids, ports)
+    bed = Bed(name, root, kubeconfig, namespace, server, token, pids, ports, demo)
     (root / "bed.json").write_text(json.dumps(bed.as_json(), indent=1))
     return bed
 
@@ -327,6 +341,32 @@ def _start_nodes(root: Path, name: str, bins: dict[str, Path], server: str, toke
     _write_pids(root, pids)
     _wait("the kubelet's nodes", partial(_nodes_ready, api, [n["name"] for n in specs]),
           pids["raychaos-kubelet"], root / "logs" / "raychaos-kubelet.log")
+
+
+def _create_demo(api: ApiClient, namespace: str, pids: dict[str, int], root: Path,
+                 say: Callable[[str], None]) -> str:
+    """Create :data:`DEMO`'s objects in ``namespace``; wait for its RayCluster to be ready."""
+    docs = [d for d in yaml.safe_load_all(DEMO.read_text()) if d]
+    name = ""
+    for doc in docs:
+        path = _PLURALS[(doc["apiVersion"], doc["kind"])].format(ns=namespace)
+        code, body = api.call("POST", path, doc, timeout=30)
+        if code not in (201, 409):
+            raise BedError(f"creating {doc['kind']} {doc['metadata']['name']} answered {code}: "
+                           f"{body}")
+        if doc["kind"] == "RayCluster":
+            name = doc["metadata"]["name"]
+    say(f"up: RayCluster {namespace}/{name} created, waiting for it to be ready")
+    t0 = time.monotonic()
+    _wait(f"RayCluster {namespace}/{name}", partial(_cluster_ready, api, namespace, name),
+          pids["kuberay-operator"], root / "logs" / "kuberay-operator.log", DEMO_READY_S)
+    say(f"up: RayCluster {namespace}/{name} ready in {time.monotonic() - t0:.0f} s")
+    return name
+
+
+def _cluster_ready(api: ApiClient, namespace: str, name: str) -> bool:
+    code, body = api.call("GET", f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}")
+    return code == 200 and (body.get("status") or {}).get("state") == "ready"
 
 
 def _nodes_ready(api: ApiClient, names: list[str]) -> bool:
