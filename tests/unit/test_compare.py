@@ -64,7 +64,8 @@ def test_recovery_figures_from_the_timeline(tmp_path: Path) -> None:
     records = load_run(make_run(tmp_path, gcs_down=(20.0, 26.0), nodes_back_at=34.0)).records
     assert recovery_figures(records) == {
         "gcs_down_s": 6.0, "gcs_first_answer_s": 6.0, "gcs_recovery_s": 6.0, "gcs_flaps": 0,
-        "gcs_flaps_after_recovery": 0, "nodes_recovery_s": 14.0, "gpus_back_s": 14.0,
+        "gcs_flaps_after_recovery": 0, "gcs_flap_spans": [], "nodes_recovery_s": 14.0,
+        "gpus_back_s": 14.0,
         "reregistration": None, "nodes_alive_s": None, "reregistered_s": {},
         "workers_before_unknown": False,
         "outage_max_gap_s": 0.5, "outage_samples_per_s": 2.0}

@@ -13,7 +13,9 @@ run without a kill, from the first ``fault_start``:
   recovered, and a stretch cut short by the end of the timeline does not count either;
 - ``gcs_flaps``: up→down transitions after the first answer (a late answer from a busy GCS
   is not a flap: see ``_samples``); ``gcs_flaps_after_recovery``:
-  those after ``gcs_recovery_s`` (a GCS that went away again after it had recovered);
+  those after ``gcs_recovery_s`` (a GCS that went away again after it had recovered), each
+  stretch in ``gcs_flap_spans`` (run times, and whether anything refused the GCS there or it
+  only missed its deadlines);
 - ``nodes_recovery_s``: the first sample, once the GCS has recovered, in which every worker
   alive before the kill is ALIVE again with the same node ID **and has re-registered**: its
   raylet answered the new GCS incarnation (``reported_ids`` of the samples, from the GCS's own
