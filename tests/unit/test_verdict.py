@@ -172,52 +172,48 @@ def test_a_fault_that_did_not_land_is_an_error_even_when_the_system_did_not_reco
         s, "run", "run")["message"]
 
 
-def test_a_gcs_that_went_down_again_after_recovering_fails(tmp_path):
+def _gone_again(tmp_path, gone: int, *, refused: bool = True,
+                host: tuple[float, float] | None = None):
+    """A GCS back after a kill, then ``gone`` samples (0.2 s apart) without an answer — refused,
+    or deadlines missed — then back; with ``host``, the sensor's (unrelated CPUs, timer lag ms)
+    every second of the run."""
     run = _run(tmp_path)
     _good_probes(run)
     tl = run.timeline
     tl.write("event", t=1.0, event="head_killed", name="head", detail={"workers_before": []})
-    ups = [True] * 5 + [False] * 5 + [True] * 30 + [False] * 3 + [True] * 5  # every 0.2 s
+    ups = [True] * 5 + [False] * 5 + [True] * 30 + [False] * gone + [True] * 30
     for i, up in enumerate(ups):
-        tl.write("sample", t=i * 0.2, gcs_up=up, alive_ids=[], nodes_alive=1)
-    s = _summary(run, _journal())
+        tl.write("sample", t=i * 0.2, gcs_up=up, alive_ids=[], nodes_alive=1,
+                 gcs_late=not up and not refused and i > 10)
+    foreign, lag = host or (0.0, 0.0)
+    for t in range(int(len(ups) * 0.2) if host else 0):
+        tl.write("host", t=t + 0.5, foreign_cpus=foreign, busy_cpus=2.0, timer_lag_ms_p95=lag,
+                 timer_lag_ms_max=lag, sut_known=True)
+    return _summary(run, _journal())
+
+
+def test_a_gcs_that_went_down_again_after_recovering_fails(tmp_path):
+    s = _gone_again(tmp_path, 3)
     assert s["verdict"] == "fail"
     assert s["recovery"]["gcs_flaps_after_recovery"] == 1
     assert "went down 1 time(s) again after it had recovered" in _check(
         s, "run", "run")["message"]
 
 
-def _gone_again(tmp_path, *, refused: bool, lag_ms: float, foreign: float = 0.9):
-    """A GCS back after a kill, then 6 s without an answer (refused, or deadlines missed), then
-    back; the host sensor's timer lag and unrelated CPU over the whole run as given."""
-    run = _run(tmp_path)
-    _good_probes(run)
-    tl = run.timeline
-    tl.write("event", t=1.0, event="head_killed", name="head", detail={"workers_before": []})
-    ups = [True] * 5 + [False] * 5 + [True] * 30 + [False] * 30 + [True] * 30  # every 0.2 s
-    for i, up in enumerate(ups):
-        tl.write("sample", t=i * 0.2, gcs_up=up, alive_ids=[], nodes_alive=1,
-                 gcs_late=not up and not refused and i > 10)
-    for t in range(20):
-        tl.write("host", t=t + 0.5, foreign_cpus=foreign, busy_cpus=2.0, timer_lag_ms_p95=lag_ms,
-                 timer_lag_ms_max=lag_ms, sut_known=True)
-    return _summary(run, _journal())
-
-
 def test_a_gcs_refused_again_after_recovering_fails_however_busy_the_host(tmp_path):
-    s = _gone_again(tmp_path, refused=True, lag_ms=1200.0)
+    s = _gone_again(tmp_path, 30, host=(0.9, 1200.0))
     assert s["verdict"] == "fail" and s["recovery"]["gcs_flap_spans"][0]["refused"] is True
     assert "again after it had recovered" in _check(s, "run", "run")["message"]
 
 
 def test_missed_deadlines_after_recovery_on_a_starved_harness_are_inconclusive(tmp_path):
-    s = _gone_again(tmp_path, refused=False, lag_ms=1200.0)
+    s = _gone_again(tmp_path, 30, refused=False, host=(0.9, 1200.0))
     run = _check(s, "run", "run")
     assert (s["verdict"], s["exit_code"], run["verdict"]) == ("inconclusive", 3, "inconclusive")
     assert "only by missed deadlines" in run["message"] and "host busy" in run["message"], run
     # the same silence on a quiet host is the GCS's
     (tmp_path / "quiet").mkdir()
-    quiet = _gone_again(tmp_path / "quiet", refused=False, lag_ms=3.0, foreign=0.02)
+    quiet = _gone_again(tmp_path / "quiet", 30, refused=False, host=(0.02, 3.0))
     assert quiet["verdict"] == "fail", _check(quiet, "run", "run")
 
 
