@@ -90,8 +90,11 @@ def test_the_throttle_daemonset_and_no_report_means_it_did_not_land(sim, target,
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["RATE"] == "5mbit" and env["HOSTS"] == "registry.raychaos.test"
     affinity = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert affinity["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [
-        "cpu-0", "gpu-a", "gpu-b", "head-0"], "every node the cluster's pods may land on"
+    # every node the cluster's pods may land on, one term each: the real API server allows
+    # one value per node field selector
+    assert [t["matchFields"] for t in affinity["nodeSelectorTerms"]] == [
+        [{"key": "metadata.name", "operator": "In", "values": [n]}]
+        for n in ("cpu-0", "gpu-a", "gpu-b", "head-0")]
     assert record["undo"]["kind"] == "throttle_registry_pulls"
     monkeypatch.setattr(registry, "CLEAN_WAIT_S", 1.0)
     with pytest.raises(RollbackFailed, match=r"could not check node\(s\) head-0, cpu-0, gpu-a, "

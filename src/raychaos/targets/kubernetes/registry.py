@@ -90,9 +90,13 @@ def registry_hosts(images: list[str]) -> list[str]:
 
 
 def _node_affinity(nodes: list[str]) -> dict[str, Any]:
+    """Exactly these nodes: one term per node (terms are ORed). A node field selector takes
+    one value per ``In``: the real API server refuses ``metadata.name In [a, b]`` ("must be
+    only one value when `operator` is 'In' or 'NotIn' for node field selector", 422 — found
+    on the test bed; our KubeRay world had accepted it)."""
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": list(nodes)}]}]}}}
+            {"key": "metadata.name", "operator": "In", "values": [node]}]} for node in nodes]}}}
 
 
 def _container(script: str, image: str, env: dict[str, str]) -> dict[str, Any]:
