@@ -69,7 +69,8 @@ def side_by_side(views: list[RunView], out_dir: Path) -> str:
             p = next((p for p in v.summary.get("probes") or [] if p.get("name") == name), None)
             cells.append("" if p is None else f"{esc(probe_figure(p))} {badge(p.get('verdict'))}")
         rows.append((f"probe {name}", cells))
-    for key in sorted({k for f in figures for k in f}):
+    for key in sorted({k for f in figures for k, v in f.items()
+                       if not isinstance(v, (list, dict))}):  # figures, not their detail
         rows.append((f"recovery {key}", [esc(fmt_value(f[key], "count" if key == "gcs_flaps"
                                                           else "s")) if key in f else ""
                                          for f in figures]))
