@@ -284,7 +284,7 @@ def test_a_load_not_back_when_the_run_ended_is_a_miss_past_the_bound_and_unknown
 
 
 def test_an_open_loop_backlog_is_drained_when_no_more_waits_than_at_baseline():
-    from raychaos.observe.slo import backlog_drained
+    from raychaos.observe.backlog import backlog_drained
     from raychaos.observe.windows import windows
 
     recs = timeline(baseline_s=10, recovery_s=10)

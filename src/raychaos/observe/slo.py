@@ -47,9 +47,9 @@ from scipy.stats import binomtest
 from raychaos.catalog import stats_format
 from raychaos.config.metrics import BASELINE_PACE_METRICS, METRICS, probe_of
 from raychaos.config.settings import MIN_SAMPLES, HostNoiseSpec, SloProfile, SloSpec
+from raychaos.observe.backlog import STALL_EXPECTED, after_outage
 from raychaos.observe.hostnoise import NoiseBounds, noise_by_window, noise_high, noise_louder
 from raychaos.observe.loadstats import (
-    BACK_FRACTION,
     aggregate,
     baseline_pace,
     load_end,
@@ -64,7 +64,7 @@ from raychaos.observe.signals import MONITOR_METRICS, monitor_metric
 from raychaos.observe.windows import windows
 from raychaos.results.checks import rank
 
-__all__ = ["OPS", "backlog_drained", "evaluate", "metric_value", "said", "weighted_percentile",
+__all__ = ["OPS", "evaluate", "metric_value", "noise_bounds", "said", "weighted_percentile",
            "windows"]
 
 OPS = {
@@ -77,12 +77,6 @@ OPS = {
 Wins = dict[str, tuple[float, float]]
 Measured = tuple[float | None, str, dict[str, Any]]  # (value, verdict when None, evidence)
 
-#: completions a load's baseline pace must expect in a stretch before finding none there is a
-#: stall: at 5, a load at that pace completes nothing by chance 0.7 % of the time (Poisson);
-#: fewer, and nothing completed says no more than that the stretch was short (CI: a 3 s
-#: recovery hold ended 0.25 s after the Serve backlog drained; "0 samples, stalled" failed
-#: a healthy head kill)
-STALL_EXPECTED = 5.0
 
 
 def said(unobserved: Any) -> str:
@@ -235,7 +229,8 @@ def _relative(slo: SloSpec, records: list[dict[str, Any]], wins: Wins, need: int
                                      "applied)"}
     q = 95.0 if slo.metric == "p95_latency_ms" else 99.0
     judged = dict(wins)
-    drained = backlog_drained(records, wins, slo.load) if slo.window == "recovery" else None
+    drained, draining = after_outage(records, wins, slo.load) if slo.window == "recovery" \
+        else (None, None)
     if drained is not None:
         judged["recovery"] = (max(drained, wins["recovery"][0]), wins["recovery"][1])
     base = window_latencies(records, wins, "baseline", slo.load)
@@ -246,10 +241,8 @@ def _relative(slo: SloSpec, records: list[dict[str, Any]], wins: Wins, need: int
                                 "baseline_samples": n_base, "min_samples": need}
     if drained is not None:
         evidence["backlog_drained_s"] = round(judged["recovery"][0] - wins["recovery"][0], 3)
-    elif slo.window == "recovery":
-        draining = still_draining(records, wins, slo.load)
-        if draining:
-            return None, "inconclusive", {**evidence, "inconclusive": draining}
+    elif draining:
+        return None, "inconclusive", {**evidence, "inconclusive": draining}
     if base is None or mine is None:
         return None, "error", {**evidence, "note": f"not measured: {who} reports no "
                                                    "per-request latencies"}
@@ -273,92 +266,6 @@ def _relative(slo: SloSpec, records: list[dict[str, Any]], wins: Wins, need: int
     if why:
         evidence["inconclusive"] = why
     return comparison.ratio, verdict, evidence
-
-
-def backlog_drained(records: list[dict[str, Any]], wins: Wins, load: str | None
-                     ) -> float | None:
-    """When an open-loop load (its lines count ``offered`` arrivals) had worked off the backlog
-    the fault left: the first second after chaos whose arrivals not yet answered are back at
-    the most the baseline ever had waiting (give or take the one request at a second's edge).
-    Not "within one second's arrivals of it": at 5/s that let five outage requests answer
-    after "drained", and five of a 60-sample window is its p95 — a CI run judged Serve 20x
-    slower after recovery on the outage's own requests. Its requests queued
-    during the outage answer late *because* of the outage — time the recovery took, which
-    ``throughput_recovery_s`` and the chaos window judge — so "p95 after recovery" reads the
-    requests after it. None for a closed-loop load (no backlog can form) or when it never
-    drained (then the whole window is judged, backlog and all)."""
-    waiting = _waiting(records, wins, load)
-    if waiting is None:
-        return None
-    lo, hi = wins["baseline"]
-    usual = max((w for t, w, _, _ in waiting if lo <= t - 0.5 < hi), default=0)
-    chaos_end = wins["chaos"][1]
-    return next((t for t, w, _, _ in waiting if t - 0.5 >= chaos_end and w <= usual + 1), None)
-
-
-def _waiting(records: list[dict[str, Any]], wins: Wins, load: str | None
-             ) -> list[tuple[float, int, int, int]] | None:
-    """An open-loop load's seconds as ``(t, requests waiting at its end, arrivals, answered)``;
-    None for a closed-loop load, several loads or a run without a fault."""
-    names = [load] if load else load_names(records)
-    if len(names) != 1 or "chaos" not in wins:
-        return None
-    rows = series(records, names[0], load_end(records))
-    if not rows or not all("offered" in r for r in rows if not r.get("zero_line")):
-        return None
-    out, pending = [], 0
-    for r in rows:
-        offered, answered = int(r.get("offered") or 0), int(r.get("count") or 0)
-        pending += offered - answered - int(r.get("failures") or 0)
-        out.append((float(r["t"]), pending, offered, answered))
-    return out
-
-
-def still_draining(records: list[dict[str, Any]], wins: Wins, load: str | None
-                   ) -> str | None:
-    """Why a recovery window that ended before an open-loop load's backlog drained says nothing
-    about its latency after recovery, or None (then the window is judged as it is, backlog and
-    all: a fail, most likely). The window held the outage's own requests, answering late
-    *because* of the outage. Two cases say nothing about the system after it:
-
-    - the load was answering more than arrived (its backlog falling by at least
-      :data:`STALL_EXPECTED` requests): it was recovering, and the observation was too short
-      to see it done — a CI run judged a healthy Serve 42x slower after recovery when its 3 s
-      window bound ended 7 s into working off a 30-request backlog;
-    - it answered as fast as in its baseline (:data:`BACK_FRACTION` of that rate or more) but
-      no faster than requests arrived: the cluster serves what it did before the fault, and
-      the load's rate is at what it serves on this host, so the backlog can never drain — seen
-      beside ``stress-ng --cpu-load 50``: 4.6 answers a second before and after, 45 waiting
-      for 40 s. Latency after recovery cannot be read at that rate.
-
-    Answering slower than before the fault is no recovery; nor is a backlog shed by failing
-    requests (the error checks judge those)."""
-    waiting = _waiting(records, wins, load)
-    if waiting is None or "recovery" not in wins:
-        return None
-    lo, hi = wins["recovery"]
-    inside = [w for w in waiting if lo <= w[0] - 0.5 < hi]
-    if not inside:
-        return None
-    arrivals = sum(w[2] for w in inside)
-    answered = sum(w[3] for w in inside)
-    who = f"load {load}" if load else "the load"
-    if answered - arrivals >= STALL_EXPECTED:
-        peak = max(w[1] for w in waiting if w[0] - 0.5 >= wins["chaos"][0])
-        return (f"the observation ended while {who} was still working off the outage's "
-                f"backlog ({inside[-1][1]} requests waiting, {peak} at most; {answered} "
-                f"answered and {arrivals} arrived in recovery): too short to judge its latency "
-                "after recovery")
-    blo, bhi = wins["baseline"]
-    before = [w for w in waiting if blo <= w[0] - 0.5 < bhi]
-    base_rate = sum(w[3] for w in before) / len(before) if before else 0.0
-    rate = answered / len(inside)
-    if base_rate and rate >= BACK_FRACTION * base_rate:
-        return (f"{who} answered {rate:.1f}/s after recovery, as in baseline "
-                f"({base_rate:.1f}/s), but no faster than requests arrived, so the outage's "
-                f"backlog never drained ({inside[-1][1]} waiting at the end): its rate is at "
-                "its capacity on this host (lower it to judge latency after recovery)")
-    return None
 
 
 def _too_short_to_stall(records: list[dict[str, Any]], wins: Wins, load: str | None,

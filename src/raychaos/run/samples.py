@@ -16,8 +16,8 @@ from typing import Any
 
 from raychaos.config.metrics import BASELINE_PACE_METRICS, METRICS
 from raychaos.config.settings import SloProfile, SloSpec
+from raychaos.observe.backlog import backlog_drained
 from raychaos.observe.loadstats import aggregate, load_names
-from raychaos.observe.slo import backlog_drained
 from raychaos.observe.windows import windows
 
 __all__ = ["EXTRA_HOLD_S", "needs", "short"]
