@@ -125,11 +125,11 @@ def _flaps(reasons: _Reasons, records: list[dict[str, Any]], bounds: NoiseBounds
     said_ = (f"the GCS went down {figures['gcs_flaps_after_recovery']} time(s) again after it "
              f"had recovered ({figures['gcs_recovery_s']} s after the kill)")
     spans = figures.get("gcs_flap_spans") or []
-    busy = [None if s["refused"] else noise_high(window_noise(records, (s["from"], s["to"])),
-                                                 f"{s['to'] - s['from']:.1f} s without an "
-                                                 "answer", bounds)
-            for s in spans]
-    if spans and all(busy) and not any("not measured" in str(b) for b in busy):
+    noise = [window_noise(records, (s["from"], s["to"])) for s in spans]
+    busy = [None if s["refused"] or (n.get("samples") or 0) < bounds.min_samples  # unmeasured
+            else noise_high(n, f"{s['to'] - s['from']:.1f} s without an answer", bounds)
+            for s, n in zip(spans, noise, strict=True)]
+    if spans and all(busy):
         reasons.add(reasons.inconclusive, f"{said_}, only by missed deadlines, nothing refused "
                                           f"it: {busy[0]}")
     else:
