@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from raychaos.testbed import bed, build
+from raychaos.testbed import bed, build, demo, sutcpu
 
 pytestmark = pytest.mark.unit
 
@@ -89,11 +89,11 @@ def test_a_harness_pointed_at_a_bed_here_counts_the_bed_as_the_system_under_test
     server = "https://127.0.0.1:40123"
     (root / "bed.json").write_text(json.dumps({"name": "t", "server": server,
                                                "pids": {"kube-apiserver": os.getpid()}}))
-    assert bed.local_sut("https://10.0.0.1:6443") is None
-    read = bed.local_sut(server + "/")
+    assert sutcpu.local_sut("https://10.0.0.1:6443") is None
+    read = sutcpu.local_sut(server + "/")
     assert read is not None
     monkeypatch.setattr("raychaos.targets.local.cpu.cpu_groups", lambda: None)
-    cpu_only = bed.local_sut(server)
+    cpu_only = sutcpu.local_sut(server)
     assert cpu_only is not None and cpu_only() is None  # no CPU groups: the pods unknown
     first = read()
     if first is not None:  # root with a CPU controller: this process's CPU and no pods yet
@@ -115,7 +115,7 @@ def test_up_creates_the_demo_raycluster_with_its_redis_and_waits_for_it(tmp_path
             return 201, body
 
     said: list[str] = []
-    name = bed._create_demo(Api(), "ray", {"kuberay-operator": os.getpid()}, tmp_path,
+    name = demo.create_demo(Api(), "ray", {"kuberay-operator": os.getpid()}, tmp_path,
                             said.append)
     assert name == "demo"
     assert [p for m, p in calls if m == "POST"] == [
@@ -129,5 +129,5 @@ def test_up_creates_the_demo_raycluster_with_its_redis_and_waits_for_it(tmp_path
             return 422, "spec.foo: unknown field"
 
     with pytest.raises(bed.BedError, match="creating Deployment redis answered 422"):
-        bed._create_demo(Refusing(), "ray", {"kuberay-operator": os.getpid()}, tmp_path,
+        demo.create_demo(Refusing(), "ray", {"kuberay-operator": os.getpid()}, tmp_path,
                          said.append)

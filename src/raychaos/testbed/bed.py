@@ -45,7 +45,7 @@ from raychaos.errors import RaychaosError
 from raychaos.targets.lock import pid_alive
 from raychaos.testbed import build
 
-__all__ = ["Bed", "down", "local_sut", "status", "up"]
+__all__ = ["Bed", "down", "state_dir", "state_root", "status", "up"]
 
 ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
          "node-agent", "raychaos-kubelet", "kuberay-operator")
@@ -62,22 +62,20 @@ DEFAULT_NODES: tuple[dict[str, Any], ...] = (
       for x in ("a", "b")),
 )
 READY_S = 120.0
-#: the RayCluster ``up --nodes`` creates (with its Redis for GCS fault tolerance)
-DEMO = Path(__file__).resolve().parent / "demo-raycluster.yaml"
-DEMO_READY_S = 300.0
-_PLURALS = {("apps/v1", "Deployment"): "/apis/apps/v1/namespaces/{ns}/deployments",
-            ("v1", "Service"): "/api/v1/namespaces/{ns}/services",
-            ("ray.io/v1", "RayCluster"): "/apis/ray.io/v1/namespaces/{ns}/rayclusters"}
 
 
 class BedError(RaychaosError):
     """The test bed could not start, or is not up."""
 
 
+def state_root() -> Path:
+    """Where every bed keeps its state, one folder each (``RAYCHAOS_TESTBED_STATE``)."""
+    return Path(os.environ.get("RAYCHAOS_TESTBED_STATE") or Path.home() / ".local" / "state" /
+                "raychaos" / "testbed")
+
+
 def state_dir(name: str) -> Path:
-    base = os.environ.get("RAYCHAOS_TESTBED_STATE") or Path.home() / ".local" / "state" / \
-        "raychaos" / "testbed"
-    return Path(base) / name
+    return state_root() / name
 
 
 @dataclass
@@ -200,8 +198,8 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
        nodes: bool = False, cluster: bool = True) -> Bed:
     """Build what is missing, start the control plane, create KubeRay's CRDs and ``namespace``;
     with ``nodes``, the node agent and the kubelet, wait until every node is Ready, and (with
-    ``cluster``) create :data:`DEMO`'s RayCluster and wait until the operator calls it
-    ready."""
+    ``cluster``) create :mod:`raychaos.testbed.demo`'s RayCluster and wait until the operator
+    calls it ready."""
     if nodes and os.geteuid() != 0:
         raise BedError("the test bed's nodes are network namespaces and need root; run as "
                        "root, or leave out --nodes for the control plane alone")
@@ -300,7 +298,11 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
         _wait("kuberay-operator",
               lambda: _http_ok(f"http://127.0.0.1:{ports['kuberay-probe']}/readyz"),
               pids["kuberay-operator"], root / "logs" / "kuberay-operator.log")
-        demo = _create_demo(api, namespace, pids, root, say) if nodes and cluster else None
+        demo = None
+        if nodes and cluster:
+            from raychaos.testbed.demo import create_demo  # it waits with this module's _wait
+
+            demo = create_demo(api, namespace, pids, root, say)
     except BaseException:
         _stop(pids)
         _cleanup_nodes(name)
@@ -341,32 +343,6 @@ def _start_nodes(root: Path, name: str, bins: dict[str, Path], server: str, toke
     _write_pids(root, pids)
     _wait("the kubelet's nodes", partial(_nodes_ready, api, [n["name"] for n in specs]),
           pids["raychaos-kubelet"], root / "logs" / "raychaos-kubelet.log")
-
-
-def _create_demo(api: ApiClient, namespace: str, pids: dict[str, int], root: Path,
-                 say: Callable[[str], None]) -> str:
-    """Create :data:`DEMO`'s objects in ``namespace``; wait for its RayCluster to be ready."""
-    docs = [d for d in yaml.safe_load_all(DEMO.read_text()) if d]
-    name = ""
-    for doc in docs:
-        path = _PLURALS[(doc["apiVersion"], doc["kind"])].format(ns=namespace)
-        code, body = api.call("POST", path, doc, timeout=30)
-        if code not in (201, 409):
-            raise BedError(f"creating {doc['kind']} {doc['metadata']['name']} answered {code}: "
-                           f"{body}")
-        if doc["kind"] == "RayCluster":
-            name = doc["metadata"]["name"]
-    say(f"up: RayCluster {namespace}/{name} created, waiting for it to be ready")
-    t0 = time.monotonic()
-    _wait(f"RayCluster {namespace}/{name}", partial(_cluster_ready, api, namespace, name),
-          pids["kuberay-operator"], root / "logs" / "kuberay-operator.log", DEMO_READY_S)
-    say(f"up: RayCluster {namespace}/{name} ready in {time.monotonic() - t0:.0f} s")
-    return name
-
-
-def _cluster_ready(api: ApiClient, namespace: str, name: str) -> bool:
-    code, body = api.call("GET", f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{name}")
-    return code == 200 and (body.get("status") or {}).get("state") == "ready"
 
 
 def _nodes_ready(api: ApiClient, names: list[str]) -> bool:
@@ -465,49 +441,3 @@ def status(name: str = "default") -> dict[str, Any]:
     data["alive"] = {k: pid_alive(int(v)) for k, v in data["pids"].items()}
     data["ready"] = api.ok("/readyz")
     return data
-
-
-class _BedCpu:
-    """Cumulative CPU seconds of a bed on this machine — its pods' CPU groups and its own
-    processes (etcd, the API server, controller-manager, scheduler, node agent, kubelet,
-    operator): on the bed, KubeRay and Kubernetes are part of the system under test, and the
-    host-noise sensor must not take their work for unrelated noise (a head kill beside them
-    read "unrelated work took 0.93 CPUs"). Never goes backwards: a process that exits keeps
-    what it used."""
-
-    def __init__(self, name: str, pids: dict[str, int]) -> None:
-        from raychaos.targets.local.cpu import CpuUsage, cpu_groups
-        from raychaos.testbed.node.agent import world_name
-        from raychaos.testbed.node.kubelet import world_cpu_prefix
-
-        groups = cpu_groups()
-        self.pods = None if groups is None else CpuUsage(groups, world_cpu_prefix(
-            world_name(name)))
-        self.pids = pids
-        self.seen: dict[int, float] = {}
-
-    def read(self) -> float | None:
-        import psutil
-
-        for pid in self.pids.values():
-            try:
-                t = psutil.Process(pid).cpu_times()
-                self.seen[pid] = max(self.seen.get(pid, 0.0), float(t.user + t.system))
-            except psutil.Error:
-                continue
-        pods = self.pods.read() if self.pods is not None else None
-        return None if pods is None else pods + sum(self.seen.values())
-
-
-def local_sut(server: str) -> Callable[[], float | None] | None:
-    """For an API server that is a test bed's on this machine, a reader of the bed's CPU
-    seconds (:class:`_BedCpu`); None for any other API server."""
-    base = state_dir("x").parent
-    for path in sorted(base.glob("*/bed.json")) if base.exists() else []:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if data.get("server") == server.rstrip("/"):
-            return _BedCpu(str(data["name"]), {k: int(v) for k, v in data["pids"].items()}).read
-    return None

@@ -302,7 +302,7 @@ class KubernetesTarget:
         """The CPU of a test bed on this machine (``raychaos testbed``: its pods and its
         control plane are the system under test); None for a cluster on its own nodes."""
         if self._bed_cpu is None:
-            from raychaos.testbed.bed import local_sut
+            from raychaos.testbed.sutcpu import local_sut
 
             self._bed_cpu = local_sut(self._api().host) or False
         return self._bed_cpu() if self._bed_cpu else None
