@@ -101,10 +101,6 @@ def kv_table(rows: list[tuple[str, str]]) -> str:
                                           for k, v in rows) + "</table>"
 
 
-def _unit(metric: Any) -> str:
-    return METRICS[metric].unit if metric in METRICS else ""
-
-
 def _slo_rows(slos: list[dict[str, Any]]) -> str:
     if not slos:
         return "<p>No SLOs were judged.</p>"

@@ -16,18 +16,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from raychaos.config.metrics import METRICS
 from raychaos.observe.recovery import recovery_figures
 from raychaos.results.interactive import figure_block, plotly_loader
 from raychaos.results.report import CSS, badge, build_report, esc, fmt_num
 from raychaos.results.store import RunView, load_run
-from raychaos.results.story import fmt_value, probe_figure
+from raychaos.results.story import fmt_value, probe_figure, slo_unit
 
 __all__ = ["build_trials_page", "distributions", "side_by_side"]
-
-
-def _unit(metric: Any) -> str:
-    return METRICS[metric].unit if metric in METRICS else ""
 
 
 def _link(view: RunView, out_dir: Path, label: str) -> str:
@@ -46,7 +41,7 @@ def side_by_side(views: list[RunView], out_dir: Path) -> str:
     probes: list[str] = []
     for v in views:
         for s in v.summary.get("slos") or []:
-            slos.setdefault(str(s.get("name")), _unit(s.get("metric")))
+            slos.setdefault(str(s.get("name")), slo_unit(s))
         for p in v.summary.get("probes") or []:
             if p.get("name") not in probes:
                 probes.append(str(p.get("name")))
@@ -87,7 +82,7 @@ def _distribution_figure(views: list[RunView]) -> dict[str, Any] | None:
             if isinstance(s.get("value"), (int, float)):
                 entry = series.setdefault(str(s.get("name")), {
                     "values": [], "runs": [], "threshold": s.get("threshold"),
-                    "unit": _unit(s.get("metric"))})
+                    "unit": slo_unit(s)})
                 entry["values"].append(s["value"])
                 entry["runs"].append(f"{v.run_dir.name} ({s.get('verdict')})")
     if not series:
