@@ -27,10 +27,55 @@ def test_each_part_has_a_build_module_and_a_versioned_binary(cache):
     for name, part in build.PARTS.items():
         assert (build.HERE / part.module / "go.mod").exists(), name
         assert build.path_of(name).name == f"{name}-{part.version}"
-    mod = (build.HERE / "kubernetes" / "go.mod").read_text()
+        assert part.version.startswith(part.release + "-"), part.version
+    mod = (build.HERE / "bed" / "go.mod").read_text()
     # every staging module of k8s.io/kubernetes is replaced by the same release's v0.x
-    assert "require k8s.io/kubernetes v1.36.3" in mod
+    assert "k8s.io/kubernetes v1.36.3" in mod
     assert mod.count(" v0.36.3") >= 30 and "./staging" not in mod
+    # the control plane, etcd and the kubelet share one build list
+    assert {p.module for p in build.PARTS.values() if p.name != "kuberay-operator"} == {"bed"}
+
+
+def test_a_change_to_our_kubelet_is_a_new_kubelet_and_nothing_else(cache, monkeypatch,
+                                                                    tmp_path):
+    import shutil
+
+    here = tmp_path / "build"
+    shutil.copytree(build.HERE, here)
+    monkeypatch.setattr(build, "HERE", here)
+    before = {n: p.version for n, p in build.PARTS.items()}
+    with (here / "bed" / "kubelet" / "provider.go").open("a") as f:
+        f.write("\n// a change\n")
+    after = {n: p.version for n, p in build.PARTS.items()}
+    assert {n for n in before if before[n] != after[n]} == {"raychaos-kubelet"}
+    with (here / "bed" / "go.sum").open("a") as f:  # a new build list: every part of the module
+        f.write("\n")
+    again = {n: p.version for n, p in build.PARTS.items()}
+    assert {n for n in after if after[n] != again[n]} == set(build.PARTS) - {"kuberay-operator"}
+
+
+def test_the_missing_parts_of_a_module_are_built_by_one_go_build(cache, monkeypatch):
+    calls: list[list[str]] = []
+
+    def fake_go(cmd, cwd, **_):  # noqa: ANN001, ANN202
+        calls.append(cmd)
+        outdir = cmd[cmd.index("-o") + 1]
+        for pkg in cmd[cmd.index("-o") + 2:]:
+            (build.Path(outdir) / pkg.rsplit("/", 1)[-1]).write_text("#!/bin/sh\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(build, "_go", lambda: "go")
+    monkeypatch.setattr(build.subprocess, "run", fake_go)
+    said: list[str] = []
+    paths = build.build_all(said.append)
+    assert len(calls) == 2, calls  # one per module
+    assert sorted(calls[0][calls[0].index("-o") + 2:]) == sorted(
+        p.package for p in build.PARTS.values() if p.module == "bed")
+    assert all(p.exists() for p in paths.values()) and set(paths) == set(build.PARTS)
+    assert len(said) == 4 and "built" in said[1], said
+    assert not list((build.cache_dir() / "bin").glob(".partial-*"))
+    calls.clear()
+    assert build.build_all(said.append) == paths and calls == []  # nothing built twice
 
 
 def test_a_part_already_built_is_not_built_again(cache, monkeypatch):
@@ -131,3 +176,36 @@ def test_up_creates_the_demo_raycluster_with_its_redis_and_waits_for_it(tmp_path
     with pytest.raises(bed.BedError, match="creating Deployment redis answered 422"):
         demo.create_demo(Refusing(), "ray", {"kuberay-operator": os.getpid()}, tmp_path,
                          said.append)
+
+
+def test_a_second_build_waits_for_the_first_and_builds_nothing_twice(cache, monkeypatch):
+    import fcntl
+    import threading
+
+    calls: list[list[str]] = []
+
+    def fake_go(cmd, cwd, **_):  # noqa: ANN001, ANN202
+        calls.append(cmd)
+        outdir = cmd[cmd.index("-o") + 1]
+        for pkg in cmd[cmd.index("-o") + 2:]:
+            (build.Path(outdir) / pkg.rsplit("/", 1)[-1]).write_text("#!/bin/sh\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(build, "_go", lambda: "go")
+    monkeypatch.setattr(build.subprocess, "run", fake_go)
+    bindir = build.cache_dir() / "bin"
+    bindir.mkdir(parents=True)
+    held = open(bindir / ".lock-bed", "w")  # the first build, still going  # noqa: SIM115
+    fcntl.flock(held, fcntl.LOCK_EX)
+    said: list[str] = []
+    waiter = threading.Thread(target=build.build, args=("etcd", said.append))
+    waiter.start()
+    waiter.join(timeout=1.0)
+    assert waiter.is_alive() and said == ["testbed: waiting for another build of build/bed "
+                                          "to finish"]
+    build.path_of("etcd").write_text("#!/bin/sh\n")  # what the first build made
+    fcntl.flock(held, fcntl.LOCK_UN)
+    held.close()
+    waiter.join(timeout=10)
+    assert not waiter.is_alive() and calls == [], calls
+    assert said[-1].startswith("testbed: waited ")

@@ -1,26 +1,32 @@
 """Build the test bed's real parts from their Go modules, once per version.
 
-Each part is an ordinary ``go build`` of a published module at one release:
+Each part is an ordinary ``go build`` of a published module at one release. Two build modules:
 
-- ``kube-apiserver``, ``kube-controller-manager``, ``kube-scheduler`` from ``k8s.io/kubernetes``
-  through the build module in ``build/kubernetes`` (it requires that release and replaces each
-  staging module, which k8s.io/kubernetes points at local paths, with the same release's
-  published ``v0.x`` — the usual way to build Kubernetes outside its own tree);
-- ``etcd`` from ``go.etcd.io/etcd/server/v3`` (a three-line main of ours calls ``etcdmain``);
-- ``kuberay-operator`` from ``github.com/ray-project/kuberay/ray-operator`` (its go.mod has no
-  replace directives), with the CRDs of the same module's ``config/crd``;
-- ``raychaos-kubelet``: ``github.com/virtual-kubelet/virtual-kubelet``'s node and pod
-  controllers with a provider of ours (``build/kubelet/main.go``) that hands each pod to the
-  bed's node agent; its version is virtual-kubelet's plus a digest of our source, so a change
-  to the provider is a new binary.
+- ``build/bed``: ``kube-apiserver``, ``kube-controller-manager``, ``kube-scheduler`` from
+  ``k8s.io/kubernetes`` (the module requires that release and replaces each staging module,
+  which k8s.io/kubernetes points at local paths, with the same release's published ``v0.x`` —
+  the usual way to build Kubernetes outside its own tree); ``etcd`` from
+  ``go.etcd.io/etcd/server/v3`` (``./etcd``, a three-line main of ours calls ``etcdmain``); and
+  ``raychaos-kubelet`` (``./kubelet``): ``github.com/virtual-kubelet/virtual-kubelet``'s node
+  and pod controllers with a provider of ours that hands each pod to the bed's node agent.
+  One module, one build list: what they share (k8s.io/api, client-go, apiserver, grpc, etcd's
+  client, ...) is downloaded and compiled once.
+- ``build/kuberay``: ``kuberay-operator`` from ``github.com/ray-project/kuberay/ray-operator``
+  (its go.mod has no replace directives; it is built against k8s.io v0.34 and
+  controller-runtime v0.22, which do not compile with v0.36), with the CRDs of the same
+  module's ``config/crd``.
 
-Binaries land in ``<cache>/bin/<part>-<version>`` (``RAYCHAOS_TESTBED_CACHE``, default
-``~/.cache/raychaos/testbed``); the module and build caches sit beside them, so a second build of
-another part reuses what the first compiled. A part already built is never built again.
+Binaries land in ``<cache>/bin/<part>-<version>-<digest>`` (``RAYCHAOS_TESTBED_CACHE``, default
+``~/.cache/raychaos/testbed``): the digest is of the build module's go.mod and go.sum and of the
+part's own source, so a change to the build list or to our provider is a new binary. The module
+and build caches sit beside them. A part already built is never built again; the parts missing
+from one module are built by one ``go build``, which compiles what they share once and in
+parallel.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -29,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from raychaos.errors import RaychaosError
 
@@ -41,11 +48,14 @@ KUBERAY = "v1.5.0"
 VIRTUAL_KUBELET = "v1.14.1"
 
 
-def _source_digest(module: str) -> str:
+def _digest(module: str, own: str | None) -> str:
+    """The build module's go.mod and go.sum, and the part's own folder of source if any."""
     h = hashlib.sha256()
-    for f in sorted((HERE / module).glob("*")):
-        if f.suffix in (".go", ".mod"):
-            h.update(f.name.encode() + f.read_bytes())
+    files = [HERE / module / "go.mod", HERE / module / "go.sum"]
+    if own:
+        files += sorted((HERE / module / own).glob("*.go"))
+    for f in files:
+        h.update(f.name.encode() + f.read_bytes())
     return h.hexdigest()[:10]
 
 
@@ -54,17 +64,29 @@ class Part:
     name: str
     module: str  # the build module's folder under build/
     package: str  # what ``go build`` builds
-    version: str
+    release: str  # the release of the module it comes from
+
+    @property
+    def version(self) -> str:
+        return f"{self.release}-{_digest(self.module, self._own())}"
+
+    def _own(self) -> str | None:
+        return self.package[2:] if self.package.startswith("./") else None
+
+    @property
+    def output(self) -> str:
+        """The file ``go build -o DIR/`` names it: the package path's last element."""
+        return self.package.rstrip("/").rsplit("/", 1)[-1]
 
 
 PARTS: dict[str, Part] = {p.name: p for p in (
-    Part("etcd", "etcd", ".", ETCD),
-    Part("kube-apiserver", "kubernetes", "k8s.io/kubernetes/cmd/kube-apiserver", KUBERNETES),
-    Part("kube-controller-manager", "kubernetes", "k8s.io/kubernetes/cmd/kube-controller-manager",
+    Part("etcd", "bed", "./etcd", ETCD),
+    Part("kube-apiserver", "bed", "k8s.io/kubernetes/cmd/kube-apiserver", KUBERNETES),
+    Part("kube-controller-manager", "bed", "k8s.io/kubernetes/cmd/kube-controller-manager",
          KUBERNETES),
-    Part("kube-scheduler", "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler", KUBERNETES),
+    Part("kube-scheduler", "bed", "k8s.io/kubernetes/cmd/kube-scheduler", KUBERNETES),
     Part("kuberay-operator", "kuberay", "github.com/ray-project/kuberay/ray-operator", KUBERAY),
-    Part("raychaos-kubelet", "kubelet", ".", f"{VIRTUAL_KUBELET}-{_source_digest('kubelet')}"),
+    Part("raychaos-kubelet", "bed", "./kubelet", VIRTUAL_KUBELET),
 )}
 
 
@@ -103,44 +125,87 @@ def path_of(name: str) -> Path:
 
 def build(name: str, say: Callable[[str], None] = print) -> Path:
     """The part's binary, built first if it is missing (one progress line, one time line)."""
-    out = path_of(name)
-    if out.exists():
-        return out
-    part = PARTS[name]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    say(f"testbed: building {part.name} {part.version} from {part.package} "
-        "(once per version; minutes the first time)")
-    t0 = time.monotonic()
-    tmp = out.with_name(out.name + ".partial")
-    cmd = [_go(), "build", "-trimpath", f"-ldflags=-s -w {_stamp(part)}", "-o", str(tmp),
-           part.package]
-    proc = subprocess.run(cmd, cwd=HERE / part.module, env=go_env(), capture_output=True,
-                          text=True, check=False)
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-        raise BuildError(f"building {part.name} {part.version} failed "
-                         f"(go build {part.package}, exit {proc.returncode}):\n{tail}")
-    tmp.replace(out)
-    say(f"testbed: built {part.name} {part.version} in {time.monotonic() - t0:.0f} s -> {out}")
-    return out
+    return _build_module([PARTS[name]], say)[name]
 
 
-def _stamp(part: Part) -> str:
+def _build_module(parts: list[Part], say: Callable[[str], None]) -> dict[str, Path]:
+    """Parts of one build module: those missing built by one ``go build -o DIR/``. One build
+    of a module at a time on this machine (a lock file beside the binaries): a second caller —
+    a test that needs the bed while ``make test``'s background build is still going — waits for
+    the first and then finds its parts built."""
+    if all(path_of(p.name).exists() for p in parts):
+        return {p.name: path_of(p.name) for p in parts}
+    bindir = cache_dir() / "bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    with open(bindir / f".lock-{parts[0].module}", "w") as lock:
+        if _locked_elsewhere(lock):
+            say(f"testbed: waiting for another build of build/{parts[0].module} to finish")
+            t0 = time.monotonic()
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            say(f"testbed: waited {time.monotonic() - t0:.0f} s for it")
+        return _build_locked(parts, say)
+
+
+def _locked_elsewhere(lock: Any) -> bool:
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    return False
+
+
+def _build_locked(parts: list[Part], say: Callable[[str], None]) -> dict[str, Path]:
+    missing = [p for p in parts if not path_of(p.name).exists()]
+    if missing:
+        module = missing[0].module
+        names = ", ".join(f"{p.name} {p.release}" for p in missing)
+        say(f"testbed: building {names} from build/{module} (once per version; minutes the "
+            "first time)")
+        t0 = time.monotonic()
+        bindir = cache_dir() / "bin"
+        tmp = bindir / f".partial-{module}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            cmd = [_go(), "build", "-trimpath", f"-ldflags=-s -w {_stamp(module)}",
+                   "-o", f"{tmp}/", *(p.package for p in missing)]
+            proc = subprocess.run(cmd, cwd=HERE / module, env=go_env(), capture_output=True,
+                                  text=True, check=False)
+            if proc.returncode != 0:
+                tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+                raise BuildError(f"building {names} failed (go build in build/{module}, exit "
+                                 f"{proc.returncode}):\n{tail}")
+            for p in missing:
+                (tmp / p.output).replace(path_of(p.name))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        say(f"testbed: built {names} in {time.monotonic() - t0:.0f} s -> {bindir}")
+    return {p.name: path_of(p.name) for p in parts}
+
+
+def _stamp(module: str) -> str:
     """The version Kubernetes' own build stamps into its binaries (``/version`` answers it; a
-    client that checks the server's minor version reads it): without it, v0.0.0-master."""
-    if part.module != "kubernetes":
+    client that checks the server's minor version reads it): without it, v0.0.0-master. Only
+    Kubernetes' packages read these variables, so etcd and the kubelet built beside it are
+    unchanged by them."""
+    if module != "bed":
         return ""
-    major, minor = part.version.lstrip("v").split(".")[:2]
+    major, minor = KUBERNETES.lstrip("v").split(".")[:2]
     flags = []
     for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
-        flags += [f"-X {pkg}.gitVersion={part.version}", f"-X {pkg}.gitMajor={major}",
+        flags += [f"-X {pkg}.gitVersion={KUBERNETES}", f"-X {pkg}.gitMajor={major}",
                   f"-X {pkg}.gitMinor={minor}", f"-X {pkg}.gitTreeState=clean"]
     return " ".join(flags)
 
 
 def build_all(say: Callable[[str], None] = print, kubelet: bool = True) -> dict[str, Path]:
-    return {name: build(name, say) for name in PARTS
-            if kubelet or name != "raychaos-kubelet"}
+    """Every part (without the kubelet unless ``kubelet``), each module's missing parts built
+    together."""
+    wanted = [p for p in PARTS.values() if kubelet or p.name != "raychaos-kubelet"]
+    out: dict[str, Path] = {}
+    for module in dict.fromkeys(p.module for p in wanted):
+        out.update(_build_module([p for p in wanted if p.module == module], say))
+    return {p.name: out[p.name] for p in wanted}
 
 
 def crd_dir() -> Path:
