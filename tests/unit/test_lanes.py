@@ -18,6 +18,7 @@ def test_real_clusters_run_in_one_lane_and_the_rest_in_the_light_one():
         == "real-clusters"
     assert lane("tests/k8s/test_catalog_k8s.py::test_catalog_experiment_on_kubernetes[x]") \
         == "real-clusters"
+    assert lane("tests/k8s/test_bed_catalog.py::test_x") == "real-clusters"  # real control plane
     assert lane("tests/k8s/test_world_api.py::test_selectors") == "light"
     assert lane("tests/unit/test_verdict.py::test_x") == "light"
     # a module nobody classified runs with the real clusters: slower, never starved at nice 19
