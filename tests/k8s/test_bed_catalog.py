@@ -33,8 +33,7 @@ from raychaos.testbed import bed as testbed
 from raychaos.testbed.demo import DEMO
 from raychaos.testbed.node.agent import world_name
 from tests._cli import run_gracefully
-from tests.integration._experiments import assert_healthy
-from tests.k8s.test_catalog_k8s import RUN_ID_LABEL, variant
+from tests.k8s.test_catalog_k8s import RUN_ID_LABEL, assert_healthy_run, variant
 
 pytestmark = [pytest.mark.k8s,
               pytest.mark.skipif(os.geteuid() != 0, reason="the bed's nodes need root (netns)")]
@@ -157,17 +156,6 @@ def delete_and_wait(b: testbed.Bed, plural: str, name: str, timeout: float = 180
             return
         time.sleep(2)
     raise AssertionError(f"{plural}/{name} or its pods still there after {timeout:.0f} s")
-
-
-def assert_healthy_run(code: int, summary: dict, out: str) -> None:
-    brief = json.dumps({k: summary.get(k) for k in ("verdict", "checks", "errors", "faults")},
-                       indent=1, default=str)[:6000]
-    assert_healthy(code, summary, f"{brief}\n--- output ---\n{out[-3000:]}")
-    assert summary["target"]["kind"] == "kubernetes"
-    assert summary["faults"], "a fault was applied"
-    for fault in summary["faults"]:
-        assert fault["state"] == "undone", fault
-        assert fault["evidence"], f"{fault['fault']} returned no proof it landed"
 
 
 def _exe(pid: int) -> str:

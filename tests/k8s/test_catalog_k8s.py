@@ -242,6 +242,19 @@ def without_gpu_work_behind_a_slow_gcs(folder: Path):  # noqa: ANN201
     return edit
 
 
+def assert_healthy_run(code: int, summary: dict, out: str) -> None:
+    """A healthy run on Kubernetes (:func:`assert_healthy`) whose faults each left evidence that
+    they landed and were undone."""
+    brief = json.dumps({k: summary.get(k) for k in ("verdict", "checks", "errors", "faults")},
+                       indent=1, default=str)[:6000]
+    assert_healthy(code, summary, f"{brief}\n--- output ---\n{out[-3000:]}")
+    assert summary["target"]["kind"] == "kubernetes"
+    assert summary["faults"], "a fault was applied"
+    for fault in summary["faults"]:
+        assert fault["state"] == "undone", fault
+        assert fault["evidence"], f"{fault['fault']} returned no proof it landed"
+
+
 @pytest.mark.parametrize(("test_id", "src", "mode"), CATALOG)
 def test_catalog_experiment_on_kubernetes(test_id, src, mode, world, tmp_path):
     assert_clean(world)  # warm, but proved clean before each run
@@ -251,14 +264,7 @@ def test_catalog_experiment_on_kubernetes(test_id, src, mode, world, tmp_path):
     t0 = time.monotonic()
     code, summary, out = raychaos_run(world, exp, tmp_path / "results")
     SECONDS[test_id] = time.monotonic() - t0
-    brief = json.dumps({k: summary.get(k) for k in ("verdict", "checks", "errors", "faults")},
-                       indent=1, default=str)[:6000]
-    assert_healthy(code, summary, f"{brief}\n--- output ---\n{out[-3000:]}")
-    assert summary["target"]["kind"] == "kubernetes"
-    assert summary["faults"], "a fault was applied"
-    for fault in summary["faults"]:
-        assert fault["state"] == "undone", fault
-        assert fault["evidence"], f"{fault['fault']} returned no proof it landed"
+    assert_healthy_run(code, summary, out)
     if test_id == "slow-gcs-failing-rpcs":  # the head ran Ray, unready for Ray's reason
         [slowed] = [f for f in summary["faults"] if f["fault"] == "slow_gcs"]
         [why] = slowed["evidence"]["not_ready"].values()

@@ -54,9 +54,8 @@ def test_a_change_to_our_kubelet_is_a_new_kubelet_and_nothing_else(cache, monkey
     assert {n for n in after if after[n] != again[n]} == set(build.PARTS) - {"kuberay-operator"}
 
 
-def test_the_missing_parts_of_a_module_are_built_by_one_go_build(cache, monkeypatch):
-    calls: list[list[str]] = []
-
+def _fake_go(monkeypatch: pytest.MonkeyPatch, calls: list[list[str]]) -> None:
+    """``go build -o DIR/ PKG...`` that writes each package's binary and records the call."""
     def fake_go(cmd, cwd, **_):  # noqa: ANN001, ANN202
         calls.append(cmd)
         outdir = cmd[cmd.index("-o") + 1]
@@ -66,6 +65,12 @@ def test_the_missing_parts_of_a_module_are_built_by_one_go_build(cache, monkeypa
 
     monkeypatch.setattr(build, "_go", lambda: "go")
     monkeypatch.setattr(build.subprocess, "run", fake_go)
+
+
+def test_the_missing_parts_of_a_module_are_built_by_one_go_build(cache, monkeypatch):
+    calls: list[list[str]] = []
+
+    _fake_go(monkeypatch, calls)
     said: list[str] = []
     paths = build.build_all(said.append)
     assert len(calls) == 2, calls  # one per module
@@ -184,15 +189,7 @@ def test_a_second_build_waits_for_the_first_and_builds_nothing_twice(cache, monk
 
     calls: list[list[str]] = []
 
-    def fake_go(cmd, cwd, **_):  # noqa: ANN001, ANN202
-        calls.append(cmd)
-        outdir = cmd[cmd.index("-o") + 1]
-        for pkg in cmd[cmd.index("-o") + 2:]:
-            (build.Path(outdir) / pkg.rsplit("/", 1)[-1]).write_text("#!/bin/sh\n")
-        return subprocess.CompletedProcess(cmd, 0, "", "")
-
-    monkeypatch.setattr(build, "_go", lambda: "go")
-    monkeypatch.setattr(build.subprocess, "run", fake_go)
+    _fake_go(monkeypatch, calls)
     bindir = build.cache_dir() / "bin"
     bindir.mkdir(parents=True)
     held = open(bindir / ".lock-bed", "w")  # the first build, still going  # noqa: SIM115
