@@ -96,14 +96,21 @@ def test_quiet_keeps_phase_and_essential_lines() -> None:
     assert say.tick_every_s is None  # the session's own ticker is not needed
 
 
+def _until(done, timeout: float = 10.0) -> None:  # noqa: ANN001
+    """Wait for the progress thread to have done something, however slow the host."""
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_a_terminal_gets_a_live_status_line_and_ci_plain_lines(monkeypatch) -> None:
     out = io.StringIO()
     live = Progress(stream=out, tty=True)
     monkeypatch.setattr(live, "redraw_every_s", 0.02)
     live.observe({"kind": "sample", "gcs_up": True, "nodes_alive": 2, "nodes_total": 3, "t": 0})
     live.start()
-    time.sleep(0.15)
-    live("a line")
+    _until(lambda: "\x1b[7m" in out.getvalue())  # the status line is drawn (a loaded box:
+    live("a line")  # a fixed sleep once ended before the first draw, at nice 19 beside a build)
     live.stop()
     text = out.getvalue()
     assert "\r\x1b[2K\x1b[7m[" in text and "GCS up · nodes 2/3" in text
@@ -113,7 +120,7 @@ def test_a_terminal_gets_a_live_status_line_and_ci_plain_lines(monkeypatch) -> N
     monkeypatch.setattr(plain, "ci_every_s", 0.05)
     plain("baseline: 5s")
     plain.start()
-    time.sleep(0.2)
+    _until(lambda: len(ci.getvalue().splitlines()) >= 3)
     plain.stop()
     assert "\x1b" not in ci.getvalue()
     assert re.search(r"^\[\s+\d+\.\ds\] setup {6}baseline: 5s$", ci.getvalue(), re.M)
