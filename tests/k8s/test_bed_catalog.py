@@ -5,13 +5,14 @@ each experiment run as a user runs it — ``raychaos run EXPERIMENT --target kub
 --kubeconfig … --namespace ray --cluster demo`` in its own process.
 
 One bed for the module, in the order a cluster can bear: on the demo RayCluster (GCS fault
-tolerance in Redis) the head kill, the GPU drain and the registry throttle; then the demo is
+tolerance in Redis) the head kill, the GPU drain, the registry throttle and the saturated link
+(Chaos Mesh's own NetworkChaos CRD on the bed, applied by the node agent); then the demo is
 deleted and a RayService takes its place for the RayService head kill; then a RayCluster
 without GCS fault tolerance for the negative control, which must fail (exit 1) and name what was
 lost. Between runs: no object of a run left, no node cordoned, no qdisc in any pod or node. At
 the end ``down`` must leave no process, network namespace, link or CPU group.
 
-``make test`` builds the parts in the background while the other tests run (nice 19); the
+``make test`` builds the parts in the background while the other tests run (idle class); the
 fixture waits for that build (its lock) and builds whatever is still missing.
 """
 
@@ -98,7 +99,8 @@ def leftovers(b: testbed.Bed) -> list[str]:
     for path in (f"/api/v1/namespaces/{NS}/pods", f"/api/v1/namespaces/{NS}/configmaps",
                  f"/apis/apps/v1/namespaces/{NS}/daemonsets",
                  f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets",
-                 f"/apis/batch/v1/namespaces/{NS}/jobs"):
+                 f"/apis/batch/v1/namespaces/{NS}/jobs",
+                 f"/apis/chaos-mesh.org/v1alpha1/namespaces/{NS}/networkchaos"):
         code, body = client.call("GET", f"{path}?labelSelector={RUN_ID_LABEL}")
         assert code == 200, (path, code, body)
         left += [f"{path.rsplit('/', 1)[-1]} {o['metadata']['name']}" for o in body["items"]]
@@ -199,6 +201,19 @@ def test_a_throttled_registry_lands_on_every_node_and_is_undone(bed, tmp_path):
     exp = variant("registry-throttle", tmp_path / "registry-throttle.yaml")
     code, summary, out = bed_run(bed, exp, tmp_path / "results", "--cluster", "demo")
     assert_healthy_run(code, summary, out)
+    assert_clean(bed)
+
+
+def test_a_saturated_link_through_chaos_meshs_own_crd_slows_the_pod_and_is_undone(bed,
+                                                                                   tmp_path):
+    """The bed has Chaos Mesh's real NetworkChaos CRD (its schema validates the object the
+    target writes; ours applies it in the pod's namespace)."""
+    exp = variant("network-saturation", tmp_path / "network-saturation.yaml")
+    code, summary, out = bed_run(bed, exp, tmp_path / "results", "--cluster", "demo")
+    assert_healthy_run(code, summary, out)
+    [sat] = [f["evidence"] for f in summary["faults"] if f["fault"] == "saturate_network"]
+    assert sat["networkchaos"]["conditions"]["AllInjected"] == "True", sat["networkchaos"]
+    assert sat["networkchaos"]["records"] == [f"{NS}/{sat['victims'][0]}"], sat
     assert_clean(bed)
 
 

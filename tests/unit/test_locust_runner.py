@@ -100,7 +100,9 @@ def test_stop_ends_a_long_run_at_once(loopback_http, tmp_path):
 
 
 def test_run_time_cap_ends_the_run_by_itself(loopback_http, tmp_path):
-    load = LocustProcess(TINY, loopback_http, users=2, spawn_rate=2, duration_s=2,
+    # 6 s of users, not 2: in make test's light lane (nice 19) beside a busy box, a 2 s cap once
+    # ended the run before a request was answered, and a run with no request has no stats
+    load = LocustProcess(TINY, loopback_http, users=2, spawn_rate=2, duration_s=6,
                          stats_path=tmp_path / "capped.stats")
     with load:
         load.wait(timeout=PATIENCE_S)

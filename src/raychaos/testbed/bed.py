@@ -109,11 +109,11 @@ class ApiClient:
         self.server, self.token = server, token
         self.ctx = ssl.create_default_context(cafile=str(ca))
 
-    def call(self, method: str, path: str, body: Any = None, timeout: float = 10.0
-             ) -> tuple[int, Any]:
+    def call(self, method: str, path: str, body: Any = None, timeout: float = 10.0,
+             content_type: str = "application/json") -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.server + path, data=data, method=method, headers={
-            "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
+            "Authorization": f"Bearer {self.token}", "Content-Type": content_type})
         try:
             with urllib.request.urlopen(req, context=self.ctx, timeout=timeout) as resp:
                 raw = resp.read()
@@ -209,6 +209,7 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
                        f"`raychaos testbed down --name {name}` first")
     bins = build.build_all(say, kubelet=nodes)
     crds = build.crd_dir()
+    chaos_crds = build.chaos_mesh_crds()
     if root.exists():
         shutil.rmtree(root)  # a bed that never came up
     for sub in ("logs", "etcd", "certs"):
@@ -268,14 +269,15 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
         pids["kube-scheduler"] = _start(root, "kube-scheduler", [
             str(bins["kube-scheduler"]), *common, "--secure-port", str(ports["scheduler"])])
         _write_pids(root, pids)
-        for crd in sorted(crds.glob("*.yaml")):
+        crd_files = [*sorted(crds.glob("*.yaml")), *chaos_crds]
+        for crd in crd_files:
             code, body = api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                                   yaml.safe_load(crd.read_text()), timeout=30)
             if code not in (201, 409):
                 raise BedError(f"creating the CRD in {crd.name} answered {code}: {body}")
-        for crd in sorted(crds.glob("*.yaml")):
-            plural = crd.stem.split("_", 1)[1]
-            _wait(f"the CRD {plural}.ray.io", partial(_established, api, plural),
+        for crd in crd_files:
+            group, plural = crd.stem.split("_", 1)
+            _wait(f"the CRD {plural}.{group}", partial(_established, api, f"{plural}.{group}"),
                   pids["kube-apiserver"], root / "logs" / "kube-apiserver.log", 60)
         code, body = api.call("POST", "/api/v1/namespaces",
                               {"apiVersion": "v1", "kind": "Namespace",
@@ -371,9 +373,9 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def _established(api: ApiClient, plural: str) -> bool:
+def _established(api: ApiClient, name: str) -> bool:
     code, body = api.call("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-                                 f"{plural}.ray.io")
+                                 f"{name}")
     return code == 200 and any(c.get("type") == "Established" and c.get("status") == "True"
                                for c in (body.get("status") or {}).get("conditions") or [])
 

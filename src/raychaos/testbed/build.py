@@ -39,13 +39,18 @@ from typing import Any
 
 from raychaos.errors import RaychaosError
 
-__all__ = ["PARTS", "Part", "build", "build_all", "cache_dir", "crd_dir", "go_env", "path_of"]
+__all__ = ["PARTS", "Part", "build", "build_all", "cache_dir", "chaos_mesh_crds", "crd_dir",
+           "go_env", "path_of"]
 
 HERE = Path(__file__).resolve().parent / "build"
 KUBERNETES = "v1.36.3"
 ETCD = "v3.7.3"
 KUBERAY = "v1.5.0"
 VIRTUAL_KUBELET = "v1.14.1"
+#: Chaos Mesh's release tags (v2.x) are not versions of its module path (it has no /v2), so
+#: the module proxy serves it by commit: master of 2026-09-02. Only its CRDs are used.
+CHAOS_MESH = "v0.9.1-0.20260902003049-47411975a8cb"
+CHAOS_MESH_CRDS = ("networkchaos",)
 
 
 def _digest(module: str, own: str | None) -> str:
@@ -206,6 +211,23 @@ def build_all(say: Callable[[str], None] = print, kubelet: bool = True) -> dict[
     for module in dict.fromkeys(p.module for p in wanted):
         out.update(_build_module([p for p in wanted if p.module == module], say))
     return {p.name: out[p.name] for p in wanted}
+
+
+def chaos_mesh_crds() -> list[Path]:
+    """Chaos Mesh's own CRDs (``config/crd/bases``) the bed installs, from its module's
+    download (fetched once into the bed's module cache)."""
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([_go(), "mod", "download", "-json",
+                           f"github.com/chaos-mesh/chaos-mesh@{CHAOS_MESH}"],
+                          cwd=cache_dir(), env=go_env(), capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise BuildError(f"Chaos Mesh's module {CHAOS_MESH} could not be downloaded: "
+                         f"{(proc.stderr or proc.stdout).strip()[-500:]}")
+    import json
+
+    bases = Path(json.loads(proc.stdout)["Dir"]) / "config" / "crd" / "bases"
+    return [bases / f"chaos-mesh.org_{plural}.yaml" for plural in CHAOS_MESH_CRDS]
 
 
 def crd_dir() -> Path:

@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import copy
 import logging
-import re
 import subprocess
 import time
 from typing import Any
 
+from raychaos.testbed.node.chaos import apply_commands, recover_commands, seconds, status_body
 from tests.k8s.world.api import Api
-from tests.k8s.world.store import now, selector_dict_match
+from tests.k8s.world.store import selector_dict_match
 
 __all__ = ["ChaosMesh", "NETWORKCHAOS_CRD"]
 
 log = logging.getLogger("world.chaosmesh")
 FINALIZER = "chaos-mesh/records"
-TABLE = "worldchaos"
 NETWORKCHAOS_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
     "metadata": {"name": "networkchaos.chaos-mesh.org"},
@@ -39,15 +38,6 @@ NETWORKCHAOS_CRD = {
 def _sh(netns: str, *cmd: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", "netns", "exec", netns, *cmd], input=stdin, text=True,
                           capture_output=True, check=False, timeout=30)
-
-
-def _seconds(text: str | None) -> float | None:
-    if not text:
-        return None
-    total = 0.0
-    for num, unit in re.findall(r"([\d.]+)(ms|h|m|s)", text):
-        total += float(num) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
-    return total
 
 
 class ChaosMesh:
@@ -78,7 +68,7 @@ class ChaosMesh:
                     self.api.update(res, meta["namespace"], meta["name"], {"metadata": {
                         "finalizers": [*(meta.get("finalizers") or []), FINALIZER]}},
                         patch_type="application/merge-patch+json")
-                dur = _seconds(chaos["spec"].get("duration"))
+                dur = seconds(chaos["spec"].get("duration"))
                 if uid not in self.injected and uid not in self.started:
                     self._inject(chaos)
                     self.started[uid] = time.monotonic()
@@ -112,54 +102,25 @@ class ChaosMesh:
 
     def _inject(self, chaos: dict) -> None:
         spec = chaos["spec"]
-        action = spec.get("action")
         victims = self._targets(chaos, spec.get("selector"))
         peers = [w.ip for w in self._targets(chaos, (spec.get("target") or {}).get("selector"))] \
             if spec.get("target") else []
         done = []
         for wk in victims:
-            if action == "bandwidth":
-                bw = spec.get("bandwidth") or {}
-                _sh(wk.netns, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate",
-                    str(bw.get("rate", "1mbit")), "burst", str(bw.get("buffer", 10000)),
-                    "limit", str(bw.get("limit", 20971520)))
-            else:
-                if action == "partition":
-                    match = [f"ip saddr {ip} drop" for ip in peers] + \
-                        [f"ip daddr {ip} drop" for ip in peers] if peers else \
-                        ["iifname != lo drop", "oifname != lo drop"]
-                elif action == "loss":
-                    pct = int(float((spec.get("loss") or {}).get("loss", "0")))
-                    match = [f"numgen random mod 100 < {pct} drop"]
-                else:
-                    continue
-                body = "\n".join(f"    {m}" for m in match)
-                _sh(wk.netns, "nft", "-f", "-", stdin=(
-                    f"table inet {TABLE} {{\n  chain in {{ type filter hook input priority -5;\n"
-                    f"{body}\n  }}\n  chain out {{ type filter hook output priority -5;\n"
-                    f"{body}\n  }}\n}}\n"))
+            for argv, stdin in apply_commands(spec, peers):
+                _sh(wk.netns, *argv, stdin=stdin)
             done.append((wk.name, wk.netns))
         self.injected[chaos["metadata"]["uid"]] = done
 
     def _recover(self, uid: str) -> None:
         for _, netns in self.injected.pop(uid, []):
-            _sh(netns, "tc", "qdisc", "del", "dev", "eth0", "root")
-            _sh(netns, "nft", "delete", "table", "inet", TABLE)
+            for argv in recover_commands():
+                _sh(netns, *argv)
 
     def _status(self, res: Any, chaos: dict, injected: bool) -> None:
-        records = [{"id": f"{chaos['metadata']['namespace']}/{p}", "selectorKey": ".",
-                    "phase": "Injected" if injected else "Not Injected"}
-                   for p, _ in self.injected.get(chaos["metadata"]["uid"], [])]
-        ts = now()
-        st = {"conditions": [
-            {"type": "AllInjected", "status": "True" if injected else "False",
-             "lastTransitionTime": ts},
-            {"type": "AllRecovered", "status": "False" if injected else "True",
-             "lastTransitionTime": ts},
-            {"type": "Selected", "status": "True", "lastTransitionTime": ts},
-            {"type": "Paused", "status": "False", "lastTransitionTime": ts}],
-            "experiment": {"desiredPhase": "Run" if injected else "Stop",
-                           "containerRecords": records}}
+        st = status_body(chaos["metadata"]["namespace"],
+                         [p for p, _ in self.injected.get(chaos["metadata"]["uid"], [])],
+                         injected)
         cur = self.api.store.get("networkchaos", chaos["metadata"]["namespace"],
                                  chaos["metadata"]["name"])
         if cur is not None:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from raychaos.testbed.node.chaos import ChaosDaemon
 from raychaos.testbed.node.kubelet import Kubelet
 from raychaos.testbed.node.net import WorldNet
 from raychaos.testbed.node.objects import event_body, now, quantity
@@ -196,6 +197,9 @@ class Agent:
         self._start_registry()
         self.kubelet = Kubelet(self.pods, self.net, self.state, self.name, self.hosts_text,
                                self.event, nice_for=_nice_for)
+        self.chaos = ChaosDaemon(
+            lambda method, path, body=None, ctype="application/json": self.api.call(
+                method, path, body, content_type=ctype), self._pod_netns)
         for node in self.cfg["nodes"]:
             self.net.add_node(node["name"])
             self.kubelet.add_node(node["name"], quantity(node.get("cpu", "2")))
@@ -284,12 +288,28 @@ class Agent:
             if wk.netns and wk.ip and wk.netns not in nodes:
                 self.net.write_hosts(base + f"{wk.ip} {wk.name}\n", [wk.netns])
 
+    def _pod_netns(self) -> list[tuple[str, str, dict[str, str], str, str]]:
+        """(namespace, name, labels, netns, ip) of each pod in a network namespace of its own."""
+        assert self.kubelet is not None
+        nodes = {n.netns for n in self.net.nodes.values()}
+        out = []
+        for wk in list(self.kubelet.workers.values()):
+            pod = wk.pod()
+            if pod is not None and wk.netns and wk.ip and wk.netns not in nodes:
+                out.append((pod["metadata"]["namespace"], pod["metadata"]["name"],
+                            dict(pod["metadata"].get("labels") or {}), wk.netns, wk.ip))
+        return out
+
     def _loop(self) -> None:
+        tick = 0
         while not self._stop.wait(0.25):
+            tick += 1
             try:
                 assert self.kubelet is not None
                 self.kubelet.sync()
                 self.sync_hosts()
+                if tick % 2 == 0:
+                    self.chaos.reconcile()
             except Exception:  # noqa: BLE001 - one bad step must not end the node
                 log.exception("agent sync failed")
 
