@@ -188,6 +188,16 @@ def delete_and_wait(b: testbed.Bed, plural: str, name: str, timeout: float = 180
     raise AssertionError(f"{plural}/{name} or its pods still there after {timeout:.0f} s")
 
 
+def healthy_demo_run(b: testbed.Bed, name: str, tmp_path: Path) -> dict:
+    """The shipped experiment ``name`` on the demo RayCluster, back in shape first; a healthy
+    run's summary."""
+    assert_clean(b)
+    exp = variant(name, tmp_path / f"{name}.yaml")
+    code, summary, out = bed_run(b, exp, tmp_path / "results", "--cluster", "demo")
+    assert_healthy_run(code, summary, out)
+    return summary
+
+
 def _exe(pid: int) -> str:
     return os.path.basename(os.readlink(f"/proc/{pid}/exe"))
 
@@ -199,10 +209,7 @@ def test_the_head_kill_passes_with_the_real_apiserver_and_operator_running(bed, 
         assert _exe(bed.pids[part]).startswith(part + "-v"), (part, _exe(bed.pids[part]))
     code, version = api(bed).call("GET", "/version")
     assert code == 200 and version["gitVersion"] == "v1.36.3", version
-    assert_clean(bed)
-    exp = variant("head-kill", tmp_path / "head-kill.yaml")
-    code, summary, out = bed_run(bed, exp, tmp_path / "results", "--cluster", "demo")
-    assert_healthy_run(code, summary, out)
+    summary = healthy_demo_run(bed, "head-kill", tmp_path)
     assert summary["target"]["gcs_fault_tolerance"] is True
     probes = {p["name"]: p for p in summary["probes"]}
     assert probes["sentinel_preserved"]["verdict"] == "pass"
@@ -212,10 +219,7 @@ def test_the_head_kill_passes_with_the_real_apiserver_and_operator_running(bed, 
 
 
 def test_a_gpu_node_drain_evicts_once_and_the_operator_replaces_the_worker(bed, tmp_path):
-    assert_clean(bed)
-    exp = variant("gpu-node-drain", tmp_path / "gpu-node-drain.yaml")
-    code, summary, out = bed_run(bed, exp, tmp_path / "results", "--cluster", "demo")
-    assert_healthy_run(code, summary, out)
+    summary = healthy_demo_run(bed, "gpu-node-drain", tmp_path)
     [drain] = [f["evidence"] for f in summary["faults"] if f["fault"] == "drain_gpu_nodes"]
     assert len(drain["evicted"]) == 1 and drain["eviction_attempts"] == 1, drain
     # KubeRay's `bash -lc` is the pod's PID 1 and ignores SIGTERM: the pod takes its grace
@@ -228,10 +232,7 @@ def test_a_gpu_node_drain_evicts_once_and_the_operator_replaces_the_worker(bed, 
 
 
 def test_a_throttled_registry_lands_on_every_node_and_is_undone(bed, tmp_path):
-    assert_clean(bed)
-    exp = variant("registry-throttle", tmp_path / "registry-throttle.yaml")
-    code, summary, out = bed_run(bed, exp, tmp_path / "results", "--cluster", "demo")
-    assert_healthy_run(code, summary, out)
+    healthy_demo_run(bed, "registry-throttle", tmp_path)
     assert_clean(bed)
 
 
@@ -239,10 +240,7 @@ def test_a_saturated_link_through_chaos_meshs_own_crd_slows_the_pod_and_is_undon
                                                                                    tmp_path):
     """The bed has Chaos Mesh's real NetworkChaos CRD (its schema validates the object the
     target writes; ours applies it in the pod's namespace)."""
-    assert_clean(bed)
-    exp = variant("network-saturation", tmp_path / "network-saturation.yaml")
-    code, summary, out = bed_run(bed, exp, tmp_path / "results", "--cluster", "demo")
-    assert_healthy_run(code, summary, out)
+    summary = healthy_demo_run(bed, "network-saturation", tmp_path)
     [sat] = [f["evidence"] for f in summary["faults"] if f["fault"] == "saturate_network"]
     assert sat["networkchaos"]["conditions"]["AllInjected"] == "True", sat["networkchaos"]
     assert sat["networkchaos"]["records"] == [f"{NS}/{sat['victims'][0]}"], sat
