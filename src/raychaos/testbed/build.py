@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -224,8 +225,6 @@ def chaos_mesh_crds() -> list[Path]:
     if proc.returncode != 0:
         raise BuildError(f"Chaos Mesh's module {CHAOS_MESH} could not be downloaded: "
                          f"{(proc.stderr or proc.stdout).strip()[-500:]}")
-    import json
-
     bases = Path(json.loads(proc.stdout)["Dir"]) / "config" / "crd" / "bases"
     return [bases / f"chaos-mesh.org_{plural}.yaml" for plural in CHAOS_MESH_CRDS]
 
