@@ -26,7 +26,7 @@ from raychaos.errors import FaultFailed, KubeApiError, TargetUnavailable
 from raychaos.results.store import checkpoint
 from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.safety import object_name, run_labels
-from raychaos.targets.kubernetes.streams import ExecResult, exec_in, open_exec
+from raychaos.targets.kubernetes.streams import ExecResult, LineReader, exec_in, open_exec
 
 __all__ = ["CHAOS_MESH", "chaos_mesh_installed", "delete_created", "delete_labelled",
            "measure_transfer", "saturate_network", "stop_floods"]
@@ -68,7 +68,8 @@ def measure_transfer(api: ApiSession, ns: str, src: dict[str, Any], dst: dict[st
     ws, core = open_exec(api, ns, _name(dst), _container(dst),
                          _cmd("recv", ip, port, seconds), timeout=seconds + 30)
     try:
-        ready = ws.readline_stdout(timeout=15)
+        out = LineReader(ws)
+        ready = out.readline(timeout=15)
         if "READY" not in (ready or ""):
             raise FaultFailed(f"saturate_network: the transfer probe did not start in "
                               f"{ns}/{_name(dst)}: {ready!r} {ws.read_stderr(timeout=1)!r}")
@@ -85,7 +86,7 @@ def measure_transfer(api: ApiSession, ns: str, src: dict[str, Any], dst: dict[st
 
         sender = threading.Thread(target=send, name="raychaos-netprobe-send", daemon=True)
         sender.start()
-        line = ws.readline_stdout(timeout=seconds + 20) or ""
+        line = out.readline(timeout=seconds + 20)
         sender.join(timeout=seconds + 35)
     finally:
         ws.close()

@@ -10,6 +10,9 @@ Why a module: both have traps the rest of the package must not meet one by one.
   a ``101 Switching Protocols`` (``../shared/k8s-golden/exec-websocket-no-kubelet.json``):
   ``stream()`` returns the (empty) output and raises nothing. :func:`exec_in` reads channel 3 and
   says which it was: an exit code, or the API server's reason it never ran.
+- ``WSClient.readline_channel`` returns ``""`` as soon as the socket is closed, even when the
+  frame with the line came in the same read as the close (a short command's last output and its
+  exit): :class:`LineReader` also takes what was buffered.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from kubernetes.stream import portforward, stream
 
 from raychaos.targets.kubernetes.client import ApiSession, translated
 
-__all__ = ["ExecResult", "exec_in", "open_exec", "open_portforward"]
+__all__ = ["ExecResult", "LineReader", "exec_in", "open_exec", "open_portforward"]
 
 ERROR_CHANNEL = 3
 
@@ -103,6 +106,32 @@ def exec_in(api: ApiSession, ns: str, pod: str, container: str, command: list[st
     if not finished:
         code, error = None, f"no exit status within {timeout:g} s"
     return ExecResult(code, out, err, error, status, time.monotonic() - t0)
+
+
+class LineReader:
+    """Lines of one channel of an open exec stream, including those that arrived with its close
+    (the library's ``readline_channel`` gives up on a closed socket before it looks at what it
+    buffered). Only public WSClient calls: ``read_channel`` pops what came, ``is_open``."""
+
+    def __init__(self, ws: Any, channel: int = 1) -> None:
+        self.ws, self.channel, self.buf = ws, channel, ""
+
+    def readline(self, timeout: float) -> str:
+        """The next line without its newline; ``""`` when none came within ``timeout`` s, or
+        the unterminated rest once the stream has closed."""
+        deadline = time.monotonic() + timeout
+        while "\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return ""
+            was_open = self.ws.is_open()
+            chunk = str(self.ws.read_channel(self.channel, timeout=min(left, 1.0)) or "")
+            self.buf += chunk
+            if not chunk and not was_open:  # closed before this read, and nothing was left
+                line, self.buf = self.buf, ""
+                return line
+        line, _, self.buf = self.buf.partition("\n")
+        return line
 
 
 def open_portforward(api: ApiSession, ns: str, pod: str, port: int) -> tuple[Any, Any, Any]:
