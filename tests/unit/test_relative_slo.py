@@ -386,3 +386,59 @@ def test_the_baseline_starts_once_every_load_reported_not_with_its_start_up():
     assert windows(recs)["run"][0] == first["t"]  # the run's own figures still count it
     settled = judge(chaos, recs)["evidence"]
     assert settled["baseline_value"] < 150 and settled["baseline_samples"] == 9 * RATE, settled
+
+
+def _stalled_at_the_end(quiet_s: int, *, recovery_s: int = 40, mid: bool = False) -> list[dict]:
+    """The Serve load at 5 arrivals a second, answered at once through the outage and the
+    recovery, except ``quiet_s`` seconds with nothing answered: the last ones of the run, or
+    (``mid``) in the middle of recovery, after which the waiting ones answer late."""
+    recs = timeline(baseline_s=30, recovery_s=recovery_s)
+    last = max(int(r["t"]) for r in recs if r.get("kind") == "load")
+    start = 50 if mid else last - quiet_s + 1
+    pending = 0
+    for r in recs:
+        if r.get("kind") != "load":
+            continue
+        s = int(r["t"])
+        quiet = start <= s < start + quiet_s
+        answered = 0 if quiet else pending + 5
+        late = 0 if quiet else pending
+        pending = pending + 5 if quiet else 0
+        ms = np.r_[np.full(late, 1000.0 * quiet_s), np.full(answered - late, 50.0)]
+        r.update(_second(r["t"], ms), offered=5)
+    return recs
+
+
+@pytest.mark.parametrize("slo", [
+    SloSpec(name="lost-after", metric="task_failure_ratio", window="recovery", load="serve",
+            op="<=", threshold=0.01, min_samples=100),
+    SloSpec(name="p95-after", metric="p95_latency_ms", window="recovery", load="serve",
+            op="<=", threshold=3000, min_samples=100),
+    relative(min_samples=100)], ids=["failure-ratio", "absolute-p95", "relative-p95"])
+def test_a_load_that_answers_nothing_at_the_end_of_the_run_fails_not_lacks_samples(slo):
+    # seen on the bed: Serve answered nothing for the last 22 s of recovery; the 89 requests
+    # answered before the stall were fast and error-free, and the run read "inconclusive"
+    row = judge(slo, _stalled_at_the_end(22), min_samples=100)
+    assert row["verdict"] == "fail", row
+    why = row["evidence"]["stalled"]
+    assert "answered nothing in the last 22 s of recovery" in why and "110 requests" in why, why
+    assert "inconclusive" not in row["evidence"], row
+    from raychaos.results.checks import slo_message
+    assert "(failed: load serve answered nothing" in slo_message(row), slo_message(row)
+
+
+def test_a_stall_the_load_came_back_from_is_judged_on_its_late_answers_not_as_a_stall():
+    # the 22 s stall in the middle of recovery: its requests answered 22 s late, which the
+    # p95 itself shows (a fail on latency), with no "stalled" reading
+    slo = SloSpec(name="p95-after", metric="p95_latency_ms", window="recovery", load="serve",
+                  op="<=", threshold=3000, min_samples=100)
+    row = judge(slo, _stalled_at_the_end(22, recovery_s=60, mid=True), min_samples=100)
+    assert row["verdict"] == "fail" and row["value"] > 3000, row
+    assert "stalled" not in row["evidence"], row
+
+
+def test_quiet_last_seconds_too_short_to_be_a_stall_change_nothing():
+    slo = SloSpec(name="lost-after", metric="task_failure_ratio", window="recovery",
+                  load="serve", op="<=", threshold=0.01, min_samples=100)
+    row = judge(slo, _stalled_at_the_end(2), min_samples=100)
+    assert row["verdict"] == "pass" and "stalled" not in row["evidence"], row

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from raychaos.observe.loadstats import BACK_FRACTION, load_end, load_names, series
+from raychaos.observe.loadstats import BACK_FRACTION, load_end, load_names, series, window_rows
 
-__all__ = ["STALL_EXPECTED", "after_outage", "backlog_drained"]
+__all__ = ["STALL_EXPECTED", "after_outage", "backlog_drained", "stalled_at_end"]
 
 Wins = dict[str, tuple[float, float]]
 Waiting = list[tuple[float, int, int, int]]
@@ -25,6 +25,9 @@ Waiting = list[tuple[float, int, int, int]]
 #: recovery hold ended 0.25 s after the Serve backlog drained; "0 samples, stalled" failed
 #: a healthy head kill). Also how far a backlog must fall to say it was being worked off
 STALL_EXPECTED = 5.0
+#: seconds with nothing answered at the end of a run before they can be a stall: one quiet
+#: second is where the loads were stopped
+STALL_MIN_S = 3
 
 
 def after_outage(records: list[dict[str, Any]], wins: Wins, load: str | None
@@ -36,6 +39,44 @@ def after_outage(records: list[dict[str, Any]], wins: Wins, load: str | None
         return None, None
     drained = _drained(waiting, wins)
     return drained, None if drained is not None else _still_draining(waiting, wins, load)
+
+
+def stalled_at_end(records: list[dict[str, Any]], wins: Wins, load: str | None,
+                   window: str) -> str | None:
+    """Why an open-loop load's figures in ``window`` cannot show what happened at its end, or
+    None: the window ran to the end of the load, and in its last seconds requests kept arriving
+    and none was answered or failed, for longer than the load's baseline pace needs to expect
+    :data:`STALL_EXPECTED` answers. Those requests were still waiting when the loads stopped
+    (Locust drops them unanswered), so the window's answered requests are the ones *before* the
+    stall: they can pass a latency or error bound, or fall short of a sample minimum, on a
+    system that stopped answering. Seen on the bed: a RayService's Serve answered nothing for
+    the last 22 s of its recovery window (its proxy's router retried a replica the new
+    controller had stopped), 111 arrivals unanswered, and the run read "89 samples,
+    inconclusive"."""
+    waiting = _waiting(records, wins, load)
+    if waiting is None or window not in wins or "baseline" not in wins:
+        return None
+    lo, hi = wins[window]
+    end = load_end(records)
+    if hi < end - 1.5:
+        return None  # a window that ends before the loads did: later seconds show the rest
+    rows = window_rows(series(records, load or load_names(records)[0], end), (lo, hi))
+    quiet = 0
+    for r in reversed(rows):
+        if int(r.get("count") or 0) or int(r.get("failures") or 0):
+            break
+        quiet += 1
+    blo, bhi = wins["baseline"]
+    before = [w for w in waiting if blo <= w[0] - 0.5 < bhi]
+    pace = sum(w[3] for w in before) / len(before) if before else 0.0
+    arrived = sum(int(r.get("offered") or 0) for r in rows[len(rows) - quiet:]) if quiet else 0
+    if quiet < STALL_MIN_S or pace * quiet < STALL_EXPECTED or arrived < STALL_EXPECTED:
+        return None
+    left = [w[1] for w in waiting if lo <= w[0] - 0.5 < hi][-1]
+    who = f"load {load}" if load else "the load"
+    return (f"{who} answered nothing in the last {quiet} s of {window} while {arrived} "
+            f"requests arrived (its baseline pace {pace:.1f}/s; {left} waiting when the loads "
+            "stopped): a stall its answered requests cannot show")
 
 
 def backlog_drained(records: list[dict[str, Any]], wins: Wins, load: str | None

@@ -10,7 +10,10 @@ Each SLO row gets one of five verdicts:
 - ``pass`` / ``fail``: the value met / did not meet the threshold;
 - ``fail`` also when the value does not exist because the *system* did not produce it: nothing
   completed in the window (no latency, no failure ratio: the load stalled), the GCS or the
-  workers never came back, throughput never returned to 90 % of baseline;
+  workers never came back, throughput never returned to 90 % of baseline; and a latency or
+  error figure of an open-loop load that answered nothing in the last seconds of the run
+  (:func:`~raychaos.observe.backlog.stalled_at_end`: its answered requests came before the
+  stall, and the ones that arrived in it were still waiting when the loads stopped);
 - ``error`` when the *harness* could not observe it: the producing probe raised, recorded
   nothing or could not observe (``unknown``), the load never reported, the field is not in
   the load's stats, there is no baseline to compare with;
@@ -47,7 +50,7 @@ from scipy.stats import binomtest
 from raychaos.catalog import stats_format
 from raychaos.config.metrics import BASELINE_PACE_METRICS, METRICS, probe_of
 from raychaos.config.settings import MIN_SAMPLES, HostNoiseSpec, SloProfile, SloSpec
-from raychaos.observe.backlog import STALL_EXPECTED, after_outage
+from raychaos.observe.backlog import STALL_EXPECTED, after_outage, stalled_at_end
 from raychaos.observe.hostnoise import NoiseBounds, noise_by_window, noise_high, noise_louder
 from raychaos.observe.loadstats import (
     aggregate,
@@ -352,6 +355,20 @@ def _noise_reason(slo: SloSpec, verdict: str, wins: Wins, noise: dict[str, dict[
     return noise_louder(base, judged, name, bounds) if verdict == "fail" else None
 
 
+#: Figures of a load's answered requests, which say nothing of the requests still waiting
+CENSORED_BY_A_STALL = ("task_failure_ratio", "p95_latency_ms", "p99_latency_ms")
+
+
+def _stalled_at_end(slo: SloSpec, records: list[dict[str, Any]], wins: Wins) -> str | None:
+    """Why a load's latency or error figure in a window that ended with the load stalled is a
+    fail (:func:`~raychaos.observe.backlog.stalled_at_end`), or None."""
+    if slo.metric not in CENSORED_BY_A_STALL or not load_names(records):
+        return None
+    if not slo.load and len(load_names(records)) != 1:
+        return None
+    return stalled_at_end(records, wins, slo.load, slo.window)
+
+
 def noise_bounds(profile: SloProfile | None) -> NoiseBounds:
     """The profile's ``host_noise`` bounds (the defaults without a profile)."""
     spec = profile.host_noise if profile else HostNoiseSpec()
@@ -387,6 +404,11 @@ def evaluate(profile: SloProfile | None, records: list[dict[str, Any]],
                 if verdict in ("pass", "fail") else None
             if short:
                 verdict, evidence["inconclusive"] = "inconclusive", short
+        stall = _stalled_at_end(slo, records, wins) if verdict in (
+            "pass", "fail", "inconclusive") else None
+        if stall:  # what was answered came before the stall: it cannot pass, nor lack data
+            verdict, evidence["stalled"] = "fail", stall
+            evidence.pop("inconclusive", None)
         # a figure the system never produced (workers never back, a load that completes
         # nothing) is its failure, not noise; a load still completing work but not yet back
         # when the observation ended missed like a measured figure (censored_s)

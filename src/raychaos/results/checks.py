@@ -113,6 +113,8 @@ def slo_message(slo: dict[str, Any]) -> str:
     note = evidence.get("note") or evidence.get("reason")
     if value is None and note:
         text += f" ({note})"
+    if slo.get("verdict") == "fail" and evidence.get("stalled"):
+        text += f" (failed: {evidence['stalled']})"
     if slo.get("verdict") == "inconclusive":
         text += f" (inconclusive: {inconclusive_reason(evidence)})"
     return text
