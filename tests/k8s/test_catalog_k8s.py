@@ -17,30 +17,25 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests._cli import run_gracefully
-from tests.integration._experiments import assert_healthy
+from tests.k8s._bed import REPO, SECONDS, assert_healthy_run, variant
+from tests.k8s._world_catalog import (
+    assert_clean,
+    leftovers,
+    raychaos_run,
+    start_world,
+    stop_world,
+)
 from tests.k8s.world import World
-from tests.k8s.world.controllers import pod_ready
 
 pytestmark = [pytest.mark.k8s,
               pytest.mark.skipif(os.geteuid() != 0, reason="real pods need root (netns)")]
 
-REPO = Path(__file__).resolve().parents[2]
-RUN_ID_LABEL = "raychaos.io/run-id"
-SECONDS: dict[str, float] = {}
-#: As the local catalog test (and the shipped head-kill files): five samples a second, the most
-#: the harness allows. The monitor asks the dashboard's GCS health through the port-forward; on
-#: this shared box that path answered p50 23 ms, p90 100 ms, p99 166 ms (0.16 s deadline).
-MONITOR_INTERVAL_S = 0.2
 
 #: The shipped head-kill, gpu-node-drain, registry-throttle and network-saturation run against
 #: the real control plane (``test_bed_catalog.py``), not here. head-kill runs here two more
@@ -65,37 +60,6 @@ CATALOG = [pytest.param(test_id, src, mode, id=test_id, marks=marks)
     ("head-kill-during-blackout", "head-kill-during-blackout", None, ()),
     ("slow-gcs-failing-rpcs", "slow-gcs-failing-rpcs", None, ()),
 ]]
-
-
-#: On a real cluster neither the API server (a control-plane node) nor raychaos (a laptop, a
-#: CI runner) shares CPU with the Ray nodes under load; here both share 2 cores with them. So the
-#: world (its threads inherit this thread's priority) and the ``raychaos run`` processes run at
-#: the head's priority (the world's kubelet runs Ray workers at nice 5, the head at -5).
-CONTROL_PLANE_NICE = -5
-
-
-def start_world(name: str, gcs_ft: bool = True, head_env: dict[str, str] | None = None,
-                shape: str = "default") -> World:
-    t0 = time.monotonic()
-    SECONDS.setdefault("_nice_before", float(os.getpriority(os.PRIO_PROCESS, 0)))
-    os.setpriority(os.PRIO_PROCESS, 0, CONTROL_PLANE_NICE)  # this thread, and all it starts
-    w = World(name=name, gcs_ft=gcs_ft, chaos_mesh=True, head_env=head_env, shape=shape,
-              state_root="/tmp/raychaos-world-tests").start()
-    try:
-        w.wait_ready(timeout=600)
-    except BaseException:
-        w.stop()
-        raise
-    SECONDS[f"world {name} up"] = time.monotonic() - t0
-    return w
-
-
-def stop_world(w: World) -> None:
-    t0 = time.monotonic()
-    left = w.stop()
-    SECONDS[f"world {w.name} down"] = time.monotonic() - t0
-    os.setpriority(os.PRIO_PROCESS, 0, int(SECONDS.pop("_nice_before", 0)))
-    assert left == [], left
 
 
 def deploy_serve(w: World) -> None:
@@ -130,98 +94,6 @@ def world():
               + json.dumps({k: round(v, 1) for k, v in SECONDS.items()}))
 
 
-def variant(src: str, dest: Path, mode: str | None = None, edit=None) -> Path:  # noqa: ANN001
-    """The shipped experiment with the local target's block and the monitor's windows
-    changed; ``mode`` sets kill_head's mode."""
-    data = yaml.safe_load((REPO / "experiments" / f"{src}.yaml").read_text())
-    block = next(e for e in data["extensions"] if e.get("name") == "raychaos")
-    block.pop("target", None)  # the command line says where
-    block["monitor"] = {**block.get("monitor", {}), "interval_s": MONITOR_INTERVAL_S,
-                        "settle_s": 3, "recovery_window_s": 10}
-    if mode:
-        act = next(a for a in data["method"] if a["provider"]["func"] == "kill_head")
-        act["provider"].setdefault("arguments", {})["mode"] = mode
-    if edit:
-        edit(data)
-    dest.write_text(yaml.safe_dump(data, sort_keys=False))
-    return dest
-
-
-def raychaos_run(w: World, exp: Path, results: Path) -> tuple[int, dict, str]:
-    """``raychaos run EXP --target kubernetes …`` as its own process; (exit code, summary,
-    output)."""
-    cmd = [sys.executable, "-m", "raychaos.cli", "run", str(exp), "--target", "kubernetes",
-           "--kubeconfig", w.kubeconfig, "--namespace", w.namespace, "--cluster",
-           str(w.cluster), "--results", str(results)]
-    proc = run_gracefully(cmd, timeout=900, cwd=REPO)
-    out = proc.stdout + proc.stderr
-    runs = [d for d in results.iterdir() if (d / "summary.json").exists()] \
-        if results.exists() else []
-    assert len(runs) == 1, f"exit {proc.returncode}, no single summary:\n{out[-4000:]}"
-    return proc.returncode, json.loads((runs[0] / "summary.json").read_text()), out
-
-
-def alive_ray_nodes(w: World) -> list[dict]:
-    url = w.proxy_url() + "/api/v0/nodes?limit=100"
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        data = json.loads(resp.read())["data"]["result"]
-    rows = data["result"] if isinstance(data, dict) else data
-    return [n for n in rows if n["state"] == "ALIVE"]
-
-
-def _netns_shaping(netns: str) -> list[str]:
-    """Any tbf/ingress qdisc or ifb device in a network namespace (what a fault would leave)."""
-    left = []
-    qd = subprocess.run(["ip", "netns", "exec", netns, "tc", "qdisc", "show"],
-                        capture_output=True, text=True, check=False).stdout
-    left += [f"{netns}: {line.strip()}" for line in qd.splitlines()
-             if " tbf " in line or "ingress" in line or " netem " in line]
-    links = subprocess.run(["ip", "-n", netns, "-o", "link", "show", "type", "ifb"],
-                           capture_output=True, text=True, check=False).stdout
-    left += [f"{netns}: ifb {line.split(':')[1].strip()}" for line in links.splitlines()]
-    return left
-
-
-def leftovers(w: World) -> list[str]:
-    """What a finished run left in the world (nothing, or a bug)."""
-    left = []
-    with w.store.lock:
-        for res, objs in w.store.objects.items():
-            for (ns, name), obj in objs.items():
-                if RUN_ID_LABEL in (obj["metadata"].get("labels") or {}):
-                    left.append(f"{res} {ns}/{name}")
-    for node in w.store.list("nodes"):
-        if node.get("spec", {}).get("unschedulable"):
-            left.append(f"node {node['metadata']['name']} cordoned")
-    for netns in w.net.all_netns():
-        left += _netns_shaping(netns)
-    return left
-
-
-def wait_shape_restored(w: World, timeout: float = 180) -> float:
-    """Head and workers Ready, 3 ALIVE Ray nodes with the one GPU; the seconds it took."""
-    t0 = time.monotonic()
-    last = ""
-    while time.monotonic() - t0 < timeout:
-        try:
-            pods = w.ray_pods()
-            alive = alive_ray_nodes(w)
-            gpus = sum(float(n.get("resources_total", {}).get("GPU", 0)) for n in alive)
-            if len(pods) == 3 and all(pod_ready(p) for p in pods) and len(alive) == 3 \
-                    and gpus == 1:
-                return time.monotonic() - t0
-            last = f"{len(pods)} pods, {len(alive)} ALIVE Ray nodes, {gpus} GPUs"
-        except (OSError, ValueError, KeyError) as exc:
-            last = repr(exc)
-        time.sleep(1)
-    raise AssertionError(f"the world's shape was not restored in {timeout:.0f}s: {last}")
-
-
-def assert_clean(w: World) -> None:
-    assert leftovers(w) == []
-    wait_shape_restored(w)
-
-
 def without_gpu_work_behind_a_slow_gcs(folder: Path):  # noqa: ANN201
     """slow-gcs-failing-rpcs on Kubernetes without its gpu_inference load. Here the RPC faults
     recreate the GPU worker's pod (the local target restarts the node in place), and the slow
@@ -240,19 +112,6 @@ def without_gpu_work_behind_a_slow_gcs(folder: Path):  # noqa: ANN201
         mine.write_text(yaml.safe_dump(profile, sort_keys=False))
         block["slo_profile"] = str(mine)
     return edit
-
-
-def assert_healthy_run(code: int, summary: dict, out: str) -> None:
-    """A healthy run on Kubernetes (:func:`assert_healthy`) whose faults each left evidence that
-    they landed and were undone."""
-    brief = json.dumps({k: summary.get(k) for k in ("verdict", "checks", "errors", "faults")},
-                       indent=1, default=str)[:6000]
-    assert_healthy(code, summary, f"{brief}\n--- output ---\n{out[-3000:]}")
-    assert summary["target"]["kind"] == "kubernetes"
-    assert summary["faults"], "a fault was applied"
-    for fault in summary["faults"]:
-        assert fault["state"] == "undone", fault
-        assert fault["evidence"], f"{fault['fault']} returned no proof it landed"
 
 
 @pytest.mark.parametrize(("test_id", "src", "mode"), CATALOG)

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.k8s.test_catalog_k8s import (
+from tests.k8s._world_catalog import (
     SECONDS,
     assert_clean,
     raychaos_run,

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
     ("head-kill.yaml", "POST /api/v1/namespaces/ray/pods/demo-head"),
     ("gpu-node-drain.yaml", "/eviction"),
     ("rayservice-head-kill.yaml", "DELETE /api/v1/namespaces/ray/pods/demo-head"),
-    ("rayjob-head-kill.yaml", "DELETE /api/v1/namespaces/ray/pods/demo-head"),
+    ("rayjob-head-kill.yaml", "POST /api/v1/namespaces/ray/pods/demo-head"),
 ])
 def test_dry_run_prints_calls_and_sends_no_mutation(sim, tmp_path, capsys, monkeypatch,
                                                     experiment, expected):

@@ -123,7 +123,7 @@ def test_a_dry_run_aimed_at_a_rayjob_deletes_the_head_of_its_cluster(tmp_path, c
                      "--rayjob", "train"])
         out = capsys.readouterr().out
         assert code == 0, out
-        assert f"DELETE /api/v1/namespaces/ray/pods/{w.cluster}-head" in out, out
+        assert f"POST /api/v1/namespaces/ray/pods/{w.cluster}-head" in out, out
         assert [m for m in mutations(w, since) if "rayjobs" not in m[1]] == []
     finally:
         assert w.stop() == []

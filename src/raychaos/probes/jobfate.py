@@ -17,8 +17,10 @@ Each reading is a fate: ``pending``, ``running``, ``succeeded``, ``failed``, ``s
 ``silent`` (a driver that stopped reporting) or ``unknown`` (could not be read). The probe
 polls until they agree — a job that just finished may be read ``running`` by one for a moment —
 or ``timeout_s`` passes. How KubeRay's submission mode changes the RayJob's own reading is the
-experiment's to state: in ``K8sJobMode`` a head loss fails the submitter and with it the RayJob
-(``expect_rayjob: failed``: that reading is then judged against the expectation alone).
+experiment's to state (``expect_rayjob``: that reading is then judged against the expectation
+alone). Against KubeRay v1.5.0: in ``K8sJobMode`` (its default) a head container that restarts
+fails the submitter's pod, whose retry follows the same job, so the RayJob keeps reading the
+job (``same``); in ``SidecarMode`` a head pod that is gone fails the RayJob (``failed``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,214 @@
+"""The test bed for the k8s tier's real-clusters lane: what each module runs on it (``bed_run``:
+``raychaos run`` as a user runs it, in its own process), what a run may not leave behind
+(``leftovers``), and the cluster back in shape between runs (``assert_clean``). The bed itself
+is the ``bed`` fixture (``tests/k8s/conftest.py``); a test that needs the demo RayCluster calls
+:func:`ensure_demo` (a test before it may have deleted it)."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from raychaos.testbed import bed as testbed
+from raychaos.testbed.demo import DEMO
+from raychaos.testbed.node.agent import world_name
+from tests._cli import run_gracefully
+from tests.integration._experiments import assert_healthy
+
+REPO = Path(__file__).resolve().parents[2]
+BED = "pytest"
+NS = "ray"
+RUN_ID_LABEL = "raychaos.io/run-id"
+#: seconds per step, printed when the bed goes down
+SECONDS: dict[str, float] = {}
+#: As the local catalog test (and the shipped head-kill files): five samples a second, the most
+#: the harness allows.
+MONITOR_INTERVAL_S = 0.2
+
+
+def variant(src: str, dest: Path, mode: str | None = None, edit=None) -> Path:  # noqa: ANN001
+    """The shipped experiment with the local target's block and the monitor's windows
+    changed; ``mode`` sets kill_head's mode."""
+    data = yaml.safe_load((REPO / "experiments" / f"{src}.yaml").read_text())
+    block = next(e for e in data["extensions"] if e.get("name") == "raychaos")
+    block.pop("target", None)  # the command line says where
+    block["monitor"] = {**block.get("monitor", {}), "interval_s": MONITOR_INTERVAL_S,
+                        "settle_s": 3, "recovery_window_s": 10}
+    if mode:
+        act = next(a for a in data["method"] if a["provider"]["func"] == "kill_head")
+        act["provider"].setdefault("arguments", {})["mode"] = mode
+    if edit:
+        edit(data)
+    dest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dest
+
+
+def assert_healthy_run(code: int, summary: dict, out: str) -> None:
+    """A healthy run on Kubernetes (:func:`assert_healthy`) whose faults each left evidence that
+    they landed and were undone."""
+    brief = json.dumps({k: summary.get(k) for k in ("verdict", "checks", "errors", "faults")},
+                       indent=1, default=str)[:6000]
+    assert_healthy(code, summary, f"{brief}\n--- output ---\n{out[-3000:]}")
+    assert summary["target"]["kind"] == "kubernetes"
+    assert summary["faults"], "a fault was applied"
+    for fault in summary["faults"]:
+        assert fault["state"] == "undone", fault
+        assert fault["evidence"], f"{fault['fault']} returned no proof it landed"
+
+
+def api(b: testbed.Bed) -> testbed.ApiClient:
+    return testbed.ApiClient(b.server, b.token, b.root / "certs" / "apiserver.crt")
+
+
+def bed_run(b: testbed.Bed, exp: Path, results: Path, *which: str) -> tuple[int, dict, str]:
+    """``raychaos run EXP --target kubernetes --kubeconfig … --namespace ray WHICH…`` as its
+    own process; (exit code, summary, output)."""
+    cmd = [sys.executable, "-m", "raychaos.cli", "run", str(exp), "--target", "kubernetes",
+           "--kubeconfig", str(b.kubeconfig), "--namespace", NS, *which,
+           "--results", str(results)]
+    t0 = time.monotonic()
+    proc = run_gracefully(cmd, timeout=900, cwd=REPO)
+    SECONDS[exp.stem] = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    runs = [d for d in results.iterdir() if (d / "summary.json").exists()] \
+        if results.exists() else []
+    assert len(runs) == 1, f"exit {proc.returncode}, no single summary:\n{out[-4000:]}"
+    return proc.returncode, json.loads((runs[0] / "summary.json").read_text()), out
+
+
+def bed_netns() -> list[str]:
+    prefix = "rw" + hashlib.sha1(world_name(BED).encode()).hexdigest()[:5] + "-"
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                            check=False).stdout
+    return [line.split()[0] for line in listed.splitlines() if line.startswith(prefix)]
+
+
+def leftovers(b: testbed.Bed) -> list[str]:
+    """What a finished run left on the bed: objects with a run's label, cordoned nodes, shaping
+    in any node or pod network namespace."""
+    client, left = api(b), []
+    for path in (f"/api/v1/namespaces/{NS}/pods", f"/api/v1/namespaces/{NS}/configmaps",
+                 f"/apis/apps/v1/namespaces/{NS}/daemonsets",
+                 f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets",
+                 f"/apis/batch/v1/namespaces/{NS}/jobs",
+                 f"/apis/chaos-mesh.org/v1alpha1/namespaces/{NS}/networkchaos"):
+        code, body = client.call("GET", f"{path}?labelSelector={RUN_ID_LABEL}")
+        assert code == 200, (path, code, body)
+        left += [f"{path.rsplit('/', 1)[-1]} {o['metadata']['name']}" for o in body["items"]]
+    code, body = client.call("GET", "/api/v1/nodes")
+    left += [f"node {n['metadata']['name']} cordoned" for n in body["items"]
+             if (n.get("spec") or {}).get("unschedulable")]
+    for netns in bed_netns():
+        qd = subprocess.run(["ip", "netns", "exec", netns, "tc", "qdisc", "show"],
+                            capture_output=True, text=True, check=False).stdout
+        left += [f"{netns}: {line.strip()}" for line in qd.splitlines()
+                 if " tbf " in line or "ingress" in line or " netem " in line]
+    return left
+
+
+def wait_cluster(b: testbed.Bed, name: str, timeout: float = 300) -> float:
+    """Until the operator calls RayCluster ``name`` ready and every one of its pods is Ready."""
+    client, t0, last = api(b), time.monotonic(), ""
+    while time.monotonic() - t0 < timeout:
+        code, rc = client.call("GET", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/{name}")
+        _, pods = client.call("GET", f"/api/v1/namespaces/{NS}/pods?labelSelector="
+                                     f"ray.io/cluster={name}")
+        ready = [p for p in pods.get("items", []) if not p["metadata"].get("deletionTimestamp")
+                 and any(c["type"] == "Ready" and c["status"] == "True"
+                         for c in (p.get("status") or {}).get("conditions") or [])]
+        state = (rc.get("status") or {}).get("state") if code == 200 else code
+        if state == "ready" and len(ready) == 3 and len(pods["items"]) == 3:
+            return time.monotonic() - t0
+        last = f"state {state}, {len(ready)} of {len(pods.get('items', []))} pods Ready"
+        time.sleep(2)
+    raise AssertionError(f"RayCluster {name} not ready in {timeout:.0f} s: {last}")
+
+
+def alive_ray_nodes(b: testbed.Bed, cluster: str) -> list[dict]:
+    """The Ray nodes the head's dashboard calls ALIVE (through the API server's service
+    proxy)."""
+    code, body = api(b).call("GET", f"/api/v1/namespaces/{NS}/services/{cluster}-head-svc:8265/"
+                                    "proxy/api/v0/nodes?limit=100")
+    if code != 200 or not isinstance(body, dict):
+        return []
+    data = body["data"]["result"]
+    rows = data["result"] if isinstance(data, dict) else data
+    return [n for n in rows if n["state"] == "ALIVE"]
+
+
+def assert_clean(b: testbed.Bed, cluster: str = "demo", timeout: float = 180) -> None:
+    """Nothing of the last run left, and the cluster back in shape for the next: every pod
+    Ready, and to Ray exactly 3 ALIVE nodes with the one GPU — a node of a pod the last run
+    replaced (a drain, a throttle's restart) must be DEAD first, or the next run's first tasks
+    go to it and fail (seen: 64 of a storm's first tasks, right after registry-throttle)."""
+    assert leftovers(b) == []
+    wait_cluster(b, cluster)
+    t0, last = time.monotonic(), ""
+    while time.monotonic() - t0 < timeout:
+        alive = alive_ray_nodes(b, cluster)
+        gpus = sum(float(n.get("resources_total", {}).get("GPU", 0)) for n in alive)
+        if len(alive) == 3 and gpus == 1:
+            return
+        last = f"{len(alive)} ALIVE Ray nodes, {gpus} GPUs"
+        time.sleep(2)
+    raise AssertionError(f"RayCluster {cluster} not back in shape in {timeout:.0f} s: {last}")
+
+
+def demo_spec() -> dict[str, Any]:
+    [rc] = [d for d in yaml.safe_load_all(DEMO.read_text()) if d and d["kind"] == "RayCluster"]
+    return copy.deepcopy(rc["spec"])
+
+
+def delete_and_wait(b: testbed.Bed, plural: str, name: str, timeout: float = 180) -> None:
+    """Delete a KubeRay object and wait until it and every pod of its clusters are gone."""
+    client = api(b)
+    path = f"/apis/ray.io/v1/namespaces/{NS}/{plural}/{name}"
+    code, body = client.call("DELETE", path, {"propagationPolicy": "Foreground"})
+    assert code in (200, 202, 404), (code, body)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        gone = client.call("GET", path)[0] == 404
+        _, pods = client.call("GET", f"/api/v1/namespaces/{NS}/pods?labelSelector=ray.io/"
+                                     "node-type")
+        if gone and not pods["items"]:
+            return
+        time.sleep(2)
+    raise AssertionError(f"{plural}/{name} or its pods still there after {timeout:.0f} s")
+
+
+def healthy_demo_run(b: testbed.Bed, name: str, tmp_path: Path) -> dict:
+    """The shipped experiment ``name`` on the demo RayCluster, back in shape first; a healthy
+    run's summary."""
+    ensure_demo(b)
+    exp = variant(name, tmp_path / f"{name}.yaml")
+    code, summary, out = bed_run(b, exp, tmp_path / "results", "--cluster", "demo")
+    assert_healthy_run(code, summary, out)
+    return summary
+
+
+def ensure_demo(b: testbed.Bed) -> None:
+    """The demo RayCluster, and no other Ray cluster, back in shape (re-created when a module
+    before deleted it)."""
+    client = api(b)
+    for plural in ("rayservices", "rayjobs", "rayclusters"):
+        code, body = client.call("GET", f"/apis/ray.io/v1/namespaces/{NS}/{plural}")
+        for obj in body.get("items", []) if code == 200 else []:
+            if (plural, obj["metadata"]["name"]) != ("rayclusters", "demo") \
+                    and not obj["metadata"].get("ownerReferences"):
+                delete_and_wait(b, plural, obj["metadata"]["name"])
+    if client.call("GET", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/demo")[0] == 404:
+        t0 = time.monotonic()
+        body = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "demo"},
+                "spec": demo_spec()}
+        code, made = client.call("POST", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters", body)
+        assert code == 201, made
+        SECONDS["demo re-created"] = time.monotonic() - t0
+    assert_clean(b)
