@@ -118,6 +118,8 @@ def kill_head(api: ApiSession, ns: str, cluster: str, mode: str,
 KILLED_WITH_CONTAINER = (137, -9)
 #: How long a kill whose exec ended with the container has to show its effect
 DEATH_SEEN_WITHIN_S = 20.0
+#: Between tries of an API server that did not answer while waiting for the head
+UNREACHABLE_RETRY_S = 1.0
 
 
 def _exec(api: ApiSession, ns: str, name: str, container: str,
@@ -189,8 +191,19 @@ def wait_head_back(api: ApiSession, ns: str, cluster: str, old: dict[str, Any],
     relists = events = 0
     via = "list"
     found: dict[str, Any] | None = None
+    unreachable: list[float] = []  # seconds into the wait at which the API server was not there
     while found is None and time.monotonic() < deadline:
-        listing = api.read(api.core.list_namespaced_pod, ns, label_selector=sel)
+        try:
+            listing = api.read(api.core.list_namespaced_pod, ns, label_selector=sel)
+        except TargetUnavailable:
+            # an API server away for a moment while a head restarts (seen: 35 s on a busy
+            # host) is not the head failing to come back; away until the deadline, it is
+            # the harness that cannot see (raised as before)
+            unreachable.append(round(time.monotonic() - start, 2))
+            if time.monotonic() + UNREACHABLE_RETRY_S >= deadline:
+                raise
+            time.sleep(UNREACHABLE_RETRY_S)
+            continue
         relists += 1
         found = next((p for p in _live_heads(listing["items"]) if _is_back(p, old)), None)
         if found:
@@ -216,6 +229,8 @@ def wait_head_back(api: ApiSession, ns: str, cluster: str, old: dict[str, Any],
         except KubeApiError as exc:
             if exc.status != 410:
                 raise  # 410: our resourceVersion is too old: list again
+        except TargetUnavailable:
+            unreachable.append(round(time.monotonic() - start, 2))  # list again (above)
     detected_at = time.time()
     evidence: dict[str, Any] = {
         "back": found is not None, "recovered": found is not None, "old_pod": old.get("pod"),
@@ -223,6 +238,8 @@ def wait_head_back(api: ApiSession, ns: str, cluster: str, old: dict[str, Any],
         "old_restart_count": old.get("restart_count", 0), "waited_s": round(
             time.monotonic() - start, 4), "detected_at": detected_at, "via": via,
         "lists": relists, "watch_events": events}
+    if unreachable:
+        evidence["api_unreachable_at_s"] = unreachable[:20]
     if old.get("killed_at"):
         evidence["seconds"] = round(detected_at - float(old["killed_at"]), 4)
     if found is not None:
