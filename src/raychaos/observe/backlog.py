@@ -53,23 +53,22 @@ def stalled_at_end(records: list[dict[str, Any]], wins: Wins, load: str | None,
     the last 22 s of its recovery window (its proxy's router retried a replica the new
     controller had stopped), 111 arrivals unanswered, and the run read "89 samples,
     inconclusive"."""
-    waiting = _waiting(records, wins, load)
-    if waiting is None or window not in wins or "baseline" not in wins:
+    rows = _open_loop_rows(records, wins, load)
+    if rows is None or window not in wins or "baseline" not in wins:
         return None
     lo, hi = wins[window]
-    end = load_end(records)
-    if hi < end - 1.5:
+    if hi < load_end(records) - 1.5:
         return None  # a window that ends before the loads did: later seconds show the rest
-    rows = window_rows(series(records, load or load_names(records)[0], end), (lo, hi))
+    waiting = _pending(rows)
+    inside = window_rows(rows, (lo, hi))
     quiet = 0
-    for r in reversed(rows):
+    for r in reversed(inside):
         if int(r.get("count") or 0) or int(r.get("failures") or 0):
             break
         quiet += 1
-    blo, bhi = wins["baseline"]
-    before = [w for w in waiting if blo <= w[0] - 0.5 < bhi]
-    pace = sum(w[3] for w in before) / len(before) if before else 0.0
-    arrived = sum(int(r.get("offered") or 0) for r in rows[len(rows) - quiet:]) if quiet else 0
+    pace = _baseline_pace(waiting, wins)
+    arrived = sum(int(r.get("offered") or 0) for r in inside[len(inside) - quiet:]) \
+        if quiet else 0
     if quiet < STALL_MIN_S or pace * quiet < STALL_EXPECTED or arrived < STALL_EXPECTED:
         return None
     left = [w[1] for w in waiting if lo <= w[0] - 0.5 < hi][-1]
@@ -102,22 +101,42 @@ def _drained(waiting: Waiting, wins: Wins) -> float | None:
     return next((t for t, w, _, _ in waiting if t - 0.5 >= chaos_end and w <= usual + 1), None)
 
 
-def _waiting(records: list[dict[str, Any]], wins: Wins, load: str | None
-             ) -> Waiting | None:
-    """An open-loop load's seconds as ``(t, requests waiting at its end, arrivals, answered)``;
-    None for a closed-loop load, several loads or a run without a fault."""
+def _open_loop_rows(records: list[dict[str, Any]], wins: Wins, load: str | None
+                    ) -> list[dict[str, Any]] | None:
+    """An open-loop load's seconds (:func:`~raychaos.observe.loadstats.series`); None for a
+    closed-loop load, several loads or a run without a fault."""
     names = [load] if load else load_names(records)
     if len(names) != 1 or "chaos" not in wins:
         return None
     rows = series(records, names[0], load_end(records))
     if not rows or not all("offered" in r for r in rows if not r.get("zero_line")):
         return None
+    return rows
+
+
+def _pending(rows: list[dict[str, Any]]) -> Waiting:
+    """The seconds as ``(t, requests waiting at its end, arrivals, answered)``."""
     out, pending = [], 0
     for r in rows:
         offered, answered = int(r.get("offered") or 0), int(r.get("count") or 0)
         pending += offered - answered - int(r.get("failures") or 0)
         out.append((float(r["t"]), pending, offered, answered))
     return out
+
+
+def _waiting(records: list[dict[str, Any]], wins: Wins, load: str | None
+             ) -> Waiting | None:
+    """An open-loop load's seconds as :func:`_pending` gives them, or None (see
+    :func:`_open_loop_rows`)."""
+    rows = _open_loop_rows(records, wins, load)
+    return None if rows is None else _pending(rows)
+
+
+def _baseline_pace(waiting: Waiting, wins: Wins) -> float:
+    """Requests answered a second in the baseline window (0 without one)."""
+    blo, bhi = wins["baseline"]
+    before = [w for w in waiting if blo <= w[0] - 0.5 < bhi]
+    return sum(w[3] for w in before) / len(before) if before else 0.0
 
 
 def _still_draining(waiting: Waiting, wins: Wins, load: str | None) -> str | None:
@@ -153,9 +172,7 @@ def _still_draining(waiting: Waiting, wins: Wins, load: str | None) -> str | Non
                 f"backlog ({inside[-1][1]} requests waiting, {peak} at most; {answered} "
                 f"answered and {arrivals} arrived in recovery): too short to judge its latency "
                 "after recovery")
-    blo, bhi = wins["baseline"]
-    before = [w for w in waiting if blo <= w[0] - 0.5 < bhi]
-    base_rate = sum(w[3] for w in before) / len(before) if before else 0.0
+    base_rate = _baseline_pace(waiting, wins)
     rate = answered / len(inside)
     if base_rate and rate >= BACK_FRACTION * base_rate:
         return (f"{who} answered {rate:.1f}/s after recovery, as in baseline "

@@ -362,9 +362,7 @@ CENSORED_BY_A_STALL = ("task_failure_ratio", "p95_latency_ms", "p99_latency_ms")
 def _stalled_at_end(slo: SloSpec, records: list[dict[str, Any]], wins: Wins) -> str | None:
     """Why a load's latency or error figure in a window that ended with the load stalled is a
     fail (:func:`~raychaos.observe.backlog.stalled_at_end`), or None."""
-    if slo.metric not in CENSORED_BY_A_STALL or not load_names(records):
-        return None
-    if not slo.load and len(load_names(records)) != 1:
+    if slo.metric not in CENSORED_BY_A_STALL:
         return None
     return stalled_at_end(records, wins, slo.load, slo.window)
 
