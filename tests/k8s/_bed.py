@@ -68,20 +68,40 @@ def api(b: testbed.Bed) -> testbed.ApiClient:
     return testbed.ApiClient(b.server, b.token, b.root / "certs" / "apiserver.crt")
 
 
-def bed_run(b: testbed.Bed, exp: Path, results: Path, *which: str) -> tuple[int, dict, str]:
-    """``raychaos run EXP --target kubernetes --kubeconfig … --namespace ray WHICH…`` as its
-    own process; (exit code, summary, output)."""
+def run_experiment(kubeconfig: str | Path, namespace: str, exp: Path, results: Path,
+                   *which: str, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
+    """``raychaos run EXP --target kubernetes --kubeconfig … --namespace … WHICH…`` as a user
+    runs it, in its own process; (exit code, summary, output)."""
     cmd = [sys.executable, "-m", "raychaos.cli", "run", str(exp), "--target", "kubernetes",
-           "--kubeconfig", str(b.kubeconfig), "--namespace", NS, *which,
+           "--kubeconfig", str(kubeconfig), "--namespace", namespace, *which,
            "--results", str(results)]
-    t0 = time.monotonic()
-    proc = run_gracefully(cmd, timeout=900, cwd=REPO)
-    SECONDS[exp.stem] = time.monotonic() - t0
+    proc = run_gracefully(cmd, timeout=900, cwd=REPO, env=env)
     out = proc.stdout + proc.stderr
     runs = [d for d in results.iterdir() if (d / "summary.json").exists()] \
         if results.exists() else []
     assert len(runs) == 1, f"exit {proc.returncode}, no single summary:\n{out[-4000:]}"
     return proc.returncode, json.loads((runs[0] / "summary.json").read_text()), out
+
+
+def bed_run(b: testbed.Bed, exp: Path, results: Path, *which: str) -> tuple[int, dict, str]:
+    """:func:`run_experiment` on the bed's namespace, its seconds kept in :data:`SECONDS`."""
+    t0 = time.monotonic()
+    try:
+        return run_experiment(b.kubeconfig, NS, exp, results, *which)
+    finally:
+        SECONDS[exp.stem] = time.monotonic() - t0
+
+
+def netns_shaping(netns: str) -> list[str]:
+    """Any tbf/ingress/netem qdisc or ifb device in a network namespace (what a fault would
+    leave)."""
+    qd = subprocess.run(["ip", "netns", "exec", netns, "tc", "qdisc", "show"],
+                        capture_output=True, text=True, check=False).stdout
+    left = [f"{netns}: {line.strip()}" for line in qd.splitlines()
+            if " tbf " in line or "ingress" in line or " netem " in line]
+    links = subprocess.run(["ip", "-n", netns, "-o", "link", "show", "type", "ifb"],
+                           capture_output=True, text=True, check=False).stdout
+    return left + [f"{netns}: ifb {line.split(':')[1].strip()}" for line in links.splitlines()]
 
 
 def bed_netns() -> list[str]:
@@ -93,7 +113,7 @@ def bed_netns() -> list[str]:
 
 def leftovers(b: testbed.Bed) -> list[str]:
     """What a finished run left on the bed: objects with a run's label, cordoned nodes, shaping
-    in any node or pod network namespace."""
+    (qdiscs, ifb devices) in any node or pod network namespace."""
     client, left = api(b), []
     for path in (f"/api/v1/namespaces/{NS}/pods", f"/api/v1/namespaces/{NS}/configmaps",
                  f"/apis/apps/v1/namespaces/{NS}/daemonsets",
@@ -107,10 +127,7 @@ def leftovers(b: testbed.Bed) -> list[str]:
     left += [f"node {n['metadata']['name']} cordoned" for n in body["items"]
              if (n.get("spec") or {}).get("unschedulable")]
     for netns in bed_netns():
-        qd = subprocess.run(["ip", "netns", "exec", netns, "tc", "qdisc", "show"],
-                            capture_output=True, text=True, check=False).stdout
-        left += [f"{netns}: {line.strip()}" for line in qd.splitlines()
-                 if " tbf " in line or "ingress" in line or " netem " in line]
+        left += netns_shaping(netns)
     return left
 
 

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
-from tests._cli import run_gracefully
-from tests.k8s._bed import REPO, RUN_ID_LABEL, SECONDS, variant
+from tests.k8s._bed import REPO, RUN_ID_LABEL, SECONDS, netns_shaping, run_experiment, variant
 from tests.k8s.world import World
 from tests.k8s.world.controllers import pod_ready
 
@@ -53,17 +50,8 @@ def stop_world(w: World) -> None:
 
 
 def raychaos_run(w: World, exp: Path, results: Path) -> tuple[int, dict, str]:
-    """``raychaos run EXP --target kubernetes …`` as its own process; (exit code, summary,
-    output)."""
-    cmd = [sys.executable, "-m", "raychaos.cli", "run", str(exp), "--target", "kubernetes",
-           "--kubeconfig", w.kubeconfig, "--namespace", w.namespace, "--cluster",
-           str(w.cluster), "--results", str(results)]
-    proc = run_gracefully(cmd, timeout=900, cwd=REPO)
-    out = proc.stdout + proc.stderr
-    runs = [d for d in results.iterdir() if (d / "summary.json").exists()] \
-        if results.exists() else []
-    assert len(runs) == 1, f"exit {proc.returncode}, no single summary:\n{out[-4000:]}"
-    return proc.returncode, json.loads((runs[0] / "summary.json").read_text()), out
+    """:func:`~tests.k8s._bed.run_experiment` on the world's RayCluster."""
+    return run_experiment(w.kubeconfig, w.namespace, exp, results, "--cluster", str(w.cluster))
 
 
 def alive_ray_nodes(w: World) -> list[dict]:
@@ -72,19 +60,6 @@ def alive_ray_nodes(w: World) -> list[dict]:
         data = json.loads(resp.read())["data"]["result"]
     rows = data["result"] if isinstance(data, dict) else data
     return [n for n in rows if n["state"] == "ALIVE"]
-
-
-def _netns_shaping(netns: str) -> list[str]:
-    """Any tbf/ingress qdisc or ifb device in a network namespace (what a fault would leave)."""
-    left = []
-    qd = subprocess.run(["ip", "netns", "exec", netns, "tc", "qdisc", "show"],
-                        capture_output=True, text=True, check=False).stdout
-    left += [f"{netns}: {line.strip()}" for line in qd.splitlines()
-             if " tbf " in line or "ingress" in line or " netem " in line]
-    links = subprocess.run(["ip", "-n", netns, "-o", "link", "show", "type", "ifb"],
-                           capture_output=True, text=True, check=False).stdout
-    left += [f"{netns}: ifb {line.split(':')[1].strip()}" for line in links.splitlines()]
-    return left
 
 
 def leftovers(w: World) -> list[str]:
@@ -99,7 +74,7 @@ def leftovers(w: World) -> list[str]:
         if node.get("spec", {}).get("unschedulable"):
             left.append(f"node {node['metadata']['name']} cordoned")
     for netns in w.net.all_netns():
-        left += _netns_shaping(netns)
+        left += netns_shaping(netns)
     return left
 
 

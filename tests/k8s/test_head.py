@@ -159,14 +159,14 @@ def test_an_api_server_away_for_a_moment_is_waited_out_not_a_failed_kill(sim, ta
     api = target._api()
     real, away = api.read, {"left": 2}
 
-    def flaky(fn, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def away_at_first(fn, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         if fn == api.core.list_namespaced_pod and away["left"] > 0:
             away["left"] -= 1
             raise TargetUnavailable("kubernetes API at test is unreachable (list): refused")
         return real(fn, *args, **kwargs)
 
     evidence = target.kill_head("pod", {})
-    monkeypatch.setattr(api, "read", flaky)
+    monkeypatch.setattr(api, "read", away_at_first)
     back = target.wait_head_back(evidence["old"], timeout=20)
     assert back["back"] and back["uid_changed"], back
     assert len(back["api_unreachable_at_s"]) == 2, back

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -19,8 +18,8 @@ import pytest
 
 from raychaos.config.settings import KubernetesSpec
 from raychaos.targets.kubernetes.target import KubernetesTarget
-from tests._cli import run_gracefully
 from tests.integration._experiments import assert_healthy
+from tests.k8s._bed import run_experiment
 from tests.k8s.world import World
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="real pods need root (netns)")]
@@ -30,16 +29,9 @@ REPO = Path(__file__).resolve().parents[2]
 def raychaos_run(w: World, experiment: str, flag: str, results: Path) -> tuple[int, dict, str]:
     """``raychaos run experiments/EXPERIMENT --target kubernetes --rayjob|--rayservice NAME``
     as a user runs it, in its own process: (exit code, summary, output)."""
-    cmd = [sys.executable, "-m", "raychaos.cli", "run", f"experiments/{experiment}", "--target",
-           "kubernetes", "--kubeconfig", w.kubeconfig, "--namespace", w.namespace, flag,
-           str(w.workload_name), "--results", str(results)]
     env = dict(os.environ, PYTHONPATH=f"{REPO / 'src'}{os.pathsep}{REPO}")
-    proc = run_gracefully(cmd, timeout=900, cwd=REPO, env=env)
-    out = proc.stdout + proc.stderr
-    runs = [d for d in results.iterdir() if (d / "summary.json").exists()] \
-        if results.exists() else []
-    assert len(runs) == 1, f"exit {proc.returncode}, no single summary:\n{out[-4000:]}"
-    return proc.returncode, json.loads((runs[0] / "summary.json").read_text()), out
+    return run_experiment(w.kubeconfig, w.namespace, REPO / "experiments" / experiment,
+                          results, flag, str(w.workload_name), env=env)
 
 
 def brief(summary: dict) -> str:
