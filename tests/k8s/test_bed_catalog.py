@@ -188,7 +188,10 @@ def test_a_head_kill_without_gcs_ft_fails_and_names_what_was_lost(bed, tmp_path)
             block["monitor"]["recovery_window_s"] = 1
             for act in data["method"]:
                 if act["provider"]["func"] == "gcs_recovery":
-                    act["provider"]["arguments"]["timeout_s"] = 30
+                    # 90 s, not 30: the new (empty) cluster must be up before the run ends, for
+                    # the harness to remove its Serve application through the Jobs API (once,
+                    # with 30, it was not: exit 2, "removing the Serve application")
+                    act["provider"]["arguments"]["timeout_s"] = 90
 
         exp = variant("head-kill", tmp_path / "head-kill-no-gcs-ft.yaml", "pod", edit=shorter)
         code, summary, out = bed_run(bed, exp, tmp_path / "results", "--cluster", "noft")
