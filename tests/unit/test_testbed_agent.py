@@ -67,6 +67,11 @@ def test_delete_sets_the_grace_and_finish_reports_every_container_stopped():
     assert pods.delete("u1", 30)  # asked again (virtual-kubelet may): the first grace holds
     assert pods.store.get("pods", "ray", "demo-head-abc")["metadata"][
         "deletionGracePeriodSeconds"] == 0
+    pods.put("cpu-0", _pod("demo-head-def", "u3"))
+    # virtual-kubelet found it gone from the API already: a deletion with grace 0
+    assert pods.delete("u3", None)
+    assert pods.store.get("pods", "ray", "demo-head-def")["metadata"][
+        "deletionGracePeriodSeconds"] == 0
     pods.finish_pod("ray", "demo-head-abc", "u2")  # another pod's last word: not this one
     assert "terminated" not in pods.report("head-0")[0]["status"]["containerStatuses"][0][
         "state"]
@@ -75,7 +80,7 @@ def test_delete_sets_the_grace_and_finish_reports_every_container_stopped():
     [cs] = row["status"]["containerStatuses"]
     assert "terminated" in cs["state"] and not cs["ready"]
     assert [c["status"] for c in row["status"]["conditions"]] == ["False"]
-    assert pods.store.list("pods") == []  # the kubelet's workers no longer see it
+    assert [p["metadata"]["name"] for p in pods.store.list("pods")] == ["demo-head-def"]
 
 
 class _FakeAgent:

@@ -136,8 +136,14 @@ class LocalPods:
             for pod in self.store.pods.values():
                 if pod["metadata"]["uid"] == uid and not pod.get("_gone"):
                     if not pod["metadata"].get("deletionTimestamp"):
+                        # no grace: virtual-kubelet found the pod already gone from the API
+                        # and passed its own copy. Only a deletion with grace 0 is gone before
+                        # its kubelet stopped it, and the API server writes that 0 before it
+                        # removes the object, so a real kubelet sees it (and applies its floor
+                        # of 1 s). Reading it as 30 kept a head deleted with grace 0 serving
+                        # for 30 s beside its replacement, in about one run of three.
                         pod["metadata"]["deletionTimestamp"] = now()
-                        pod["metadata"]["deletionGracePeriodSeconds"] = 30 if grace is None \
+                        pod["metadata"]["deletionGracePeriodSeconds"] = 0 if grace is None \
                             else int(grace)
                     return True
         return False

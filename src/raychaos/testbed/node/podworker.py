@@ -319,7 +319,8 @@ class PodWorker(threading.Thread):
             self.patch_status(lambda p: p["status"].update(phase="Succeeded" if ok else "Failed"))
 
     def _terminate(self, pod: dict[str, Any]) -> None:
-        grace = int(pod["metadata"].get("deletionGracePeriodSeconds", 30))
+        # the kubelet's floor: a grace of 0 is 1 s, SIGTERM first all the same
+        grace = max(1, int(pod["metadata"].get("deletionGracePeriodSeconds", 30)))
         deadline = time.monotonic() + grace
         for name, c in self.containers.items():
             if c.exit_code() is None:
