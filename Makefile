@@ -34,7 +34,7 @@ demo: setup
 # operator and our kubelet, from their Go modules; ~6 min cold on 2 cores) build in the
 # background while the first tests run, at the idle scheduling class: below even the light
 # lane's nice 19 (at nice 19 beside it, a unit test's 0.15 s wait once ended before the thread
-# it waited for had run). tests/k8s/test_bed_catalog.py waits for that build (its lock) and
+# it waited for had run). tests/k8s/bed (its conftest) waits for that build (its lock) and
 # builds whatever is still missing. Its output: build/testbed-build.log.
 test: setup lint
 	@mkdir -p build

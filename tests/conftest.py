@@ -65,7 +65,8 @@ def loopback_http():
 #:   no pods), at nice 19 (:func:`pytest_runtest_setup`): they use the CPU the real clusters
 #:   leave idle (about 40 % of a serial run's) instead of taking it from them.
 #:
-#: A k8s module not named in ``SIMULATED_K8S`` runs in the real-clusters lane.
+#: A k8s module not named in ``SIMULATED_K8S`` runs in the real-clusters lane, and so does all of
+#: ``tests/k8s/bed`` (the test bed of real parts).
 SIMULATED_K8S = frozenset({
     "test_cli_dry_run.py", "test_connect.py", "test_dashboard_health.py", "test_drain.py",
     "test_e2e.py", "test_head.py", "test_lease_and_crash.py", "test_ray_faults.py",
@@ -79,7 +80,7 @@ def lane(nodeid: str) -> str:
     """The lane of a test (``tests/<tier>/<module>::...``); anything else is real-clusters."""
     parts = nodeid.split("::", 1)[0].split("/")
     tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
-    if tier == "unit" or (tier == "k8s" and parts[-1] in SIMULATED_K8S):
+    if tier == "unit" or (tier == "k8s" and len(parts) == 3 and parts[-1] in SIMULATED_K8S):
         return "light"
     return "real-clusters"
 

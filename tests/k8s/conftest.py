@@ -1,6 +1,6 @@
-"""Fixtures for the k8s tier: the test bed of real parts for the real-clusters lane, a KubeRay
-test world with simulated kubelets per test (no Ray, no root, no lock: the API semantics in
-about a second), and a target connected to it."""
+"""Fixtures for the k8s tier: a KubeRay test world with simulated kubelets per test (no Ray, no
+root, no lock: the API semantics in about a second), and a target connected to it. The test bed
+of real parts is ``tests/k8s/bed``'s (its ``conftest.py``)."""
 
 from __future__ import annotations
 
@@ -10,38 +10,7 @@ import pytest
 
 from raychaos.config.settings import KubernetesSpec
 from raychaos.targets.kubernetes.target import KubernetesTarget
-from raychaos.testbed import bed as testbed
-from tests.k8s import _bed
 from tests.k8s.world import World, default_nodes
-
-
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory) -> Iterator[testbed.Bed]:  # noqa: ANN001 - pytest fixture
-    """``raychaos testbed up --nodes`` (the real control plane and KubeRay operator, built from
-    their Go modules, and our kubelet running the operator's pods as Ray nodes) with the demo
-    RayCluster, for a module; ``down`` at its end must leave no process, network namespace,
-    link or CPU group. Per module, not per session: an idle bed (its control plane, the node
-    agent, a Ray cluster) takes CPU from the world modules that run after it in the lane.
-    ``make test`` builds the parts in the background; ``up`` waits for that build (its lock)
-    and builds whatever is still missing."""
-    import json
-    import os
-    import time
-
-    os.environ["RAYCHAOS_TESTBED_STATE"] = str(tmp_path_factory.mktemp("testbed-state"))
-    t0 = time.monotonic()
-    b = testbed.up(_bed.BED, _bed.NS, nodes=True, cluster=True, say=print)
-    _bed.SECONDS["up (demo ready)"] = time.monotonic() - t0
-    try:
-        yield b
-    finally:
-        t0 = time.monotonic()
-        stopped = testbed.down(_bed.BED)  # raises, naming it, if anything is left
-        _bed.SECONDS["down"] = time.monotonic() - t0
-        print("\nthe test bed, seconds: "
-              + json.dumps({k: round(v, 1) for k, v in _bed.SECONDS.items()}))
-        assert set(stopped) >= {"kube-apiserver", "kuberay-operator", "raychaos-kubelet"}
-        assert not _bed.bed_netns(), _bed.bed_netns()
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@ experiment run on it as a user runs it: the application is deployed from serveCo
 promoted, answers through ``<name>-serve-svc``, and rides out ``rayservice-head-kill.yaml``
 (gcs_server killed, then the head pod deleted, under Locust users) with the user's application
 left in place. Teardown proves nothing is left. The RayJob experiment runs against the real
-operator (``test_bed_catalog.py``): the world's model of a RayJob's head loss (a new head pod,
-the RayJob Failed with its submitter) is not what KubeRay v1.5.0 does."""
+operator (``tests/k8s/bed/test_control_plane.py``): the world's model of a RayJob's head loss (a
+new head pod, the RayJob Failed with its submitter) is not what KubeRay v1.5.0 does."""
 
 from __future__ import annotations
 

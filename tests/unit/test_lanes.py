@@ -16,9 +16,11 @@ def test_every_simulated_module_named_exists():
 def test_real_clusters_run_in_one_lane_and_the_rest_in_the_light_one():
     assert lane("tests/integration/test_catalog.py::test_catalog_experiment[gpu-node-drain]") \
         == "real-clusters"
-    assert lane("tests/k8s/test_catalog_k8s.py::test_catalog_experiment_on_kubernetes[x]") \
+    assert lane("tests/k8s/test_catalog_k8s_resources.py::test_gpu_fragmentation") \
         == "real-clusters"
-    assert lane("tests/k8s/test_bed_catalog.py::test_x") == "real-clusters"  # real control plane
+    # the test bed (the real control plane), whatever its modules are called
+    assert lane("tests/k8s/bed/test_catalog.py::test_x[y]") == "real-clusters"
+    assert lane("tests/k8s/bed/test_drain.py::test_x") == "real-clusters"
     assert lane("tests/k8s/test_world_api.py::test_selectors") == "light"
     assert lane("tests/unit/test_verdict.py::test_x") == "light"
     # a module nobody classified runs with the real clusters: slower, never starved at nice 19

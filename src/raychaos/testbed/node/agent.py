@@ -141,7 +141,7 @@ class LocalPods:
                         # its kubelet stopped it, and the API server writes that 0 before it
                         # removes the object, so a real kubelet sees it (and applies its floor
                         # of 1 s). Reading it as 30 kept a head deleted with grace 0 serving
-                        # for 30 s beside its replacement, in about one run of three.
+                        # for 30 s beside its replacement, in 2 runs of 6.
                         pod["metadata"]["deletionTimestamp"] = now()
                         pod["metadata"]["deletionGracePeriodSeconds"] = 0 if grace is None \
                             else int(grace)

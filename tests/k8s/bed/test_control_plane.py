@@ -4,12 +4,12 @@ their Go modules; our virtual-kubelet provider runs the operator's pods as real 
 each experiment run as a user runs it — ``raychaos run EXPERIMENT --target kubernetes
 --kubeconfig … --namespace ray --cluster demo`` in its own process.
 
-One bed for the module (``tests/k8s/conftest.py``), in the order a cluster can bear: on the demo
-RayCluster (GCS fault tolerance in Redis) the head kill, the GPU drain, the registry throttle and
-the saturated link (Chaos Mesh's own NetworkChaos CRD on the bed, applied by the node agent);
-then the demo is deleted for a RayJob of the real operator on the demo's spec (its head's
-container killed: the job and the RayJob go on; its head pod deleted: KubeRay v1.5.0 makes no
-new head for a provisioned RayJob cluster, a fail), and a RayCluster without GCS fault
+One bed for the package (``tests/k8s/bed/conftest.py``), in the order a cluster can bear: on the
+demo RayCluster (GCS fault tolerance in Redis) the head kill, the GPU drain, the registry
+throttle and the saturated link (Chaos Mesh's own NetworkChaos CRD on the bed, applied by the
+node agent); then the demo is deleted for a RayJob of the real operator on the demo's spec (its
+head's container killed: the job and the RayJob go on; its head pod deleted: KubeRay v1.5.0
+makes no new head for a provisioned RayJob cluster, a fail), and a RayCluster without GCS fault
 tolerance for the negative control, which must fail (exit 1) and name what was lost. Between
 runs: no object of a run left, no node cordoned, no qdisc in any pod or node.
 
