@@ -55,6 +55,31 @@ def test_expired_lease_of_a_dead_run_is_taken_over_and_renewed(sim, make_target)
         lock.release()
 
 
+def test_a_lease_whose_holder_died_on_this_host_is_cleared_before_it_expires(sim, make_target):
+    """``raychaos rollback`` right after a SIGKILL: the run's process is gone, its Lease not yet
+    expired (60 s); clearing it lets the next run start now. A live holder's stays."""
+    import subprocess
+    import sys
+
+    target = make_target()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    crashed = LeaseLock(target._api(), "ray", "demo")
+    crashed.acquire("crashed")
+    crashed._stop.set()
+    sim.store.mutate("leases", "ray", "raychaos-demo", lambda lease: lease["metadata"][
+        "annotations"].update({"raychaos.io/pid": dead.stdout.strip()}))
+    assert not LeaseLock(target._api(), "ray", "demo").clear_stale("another-run")
+    assert LeaseLock(target._api(), "ray", "demo").clear_stale("crashed")
+    assert sim.store.get("leases", "ray", "raychaos-demo") is None
+    alive = LeaseLock(target._api(), "ray", "demo")
+    alive.acquire("running")  # this process: alive
+    try:
+        assert not LeaseLock(target._api(), "ray", "demo").clear_stale("running")
+    finally:
+        alive.release()
+
+
 def test_rollback_after_crash_uncordons_and_deletes(sim, make_target, tmp_path):
     sim.api.create(R.BUILTIN["customresourcedefinitions"], "",
                    json.loads(json.dumps(NETWORKCHAOS_CRD)))

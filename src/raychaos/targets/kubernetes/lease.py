@@ -17,7 +17,7 @@ from typing import Any
 
 from raychaos.errors import KubeApiError, TargetBusy
 from raychaos.targets.kubernetes.client import ApiSession
-from raychaos.targets.lock import holder_text
+from raychaos.targets.lock import holder_text, pid_alive
 
 __all__ = ["LeaseLock"]
 
@@ -105,11 +105,21 @@ class LeaseLock:
                 continue
 
     def clear_stale(self, run_id: str) -> bool:
+        """Delete the Lease a crashed run ``run_id`` left: expired, or held by a process of this
+        host that is gone (``raychaos rollback`` right after a SIGKILL: the next run would
+        otherwise be refused for up to a minute). True when deleted."""
         lease = self.api.read_or_none(self.coord.read_namespaced_lease, self.name, self.ns)
-        if lease and self.holder(lease)["run_id"] == run_id and self._expired(lease):
+        if lease and self.holder(lease)["run_id"] == run_id and (
+                self._expired(lease) or self._holder_gone(lease)):
             return self.api.delete_quietly(f"{self._path}/{self.name}",
                                            self.coord.delete_namespaced_lease, self.name, self.ns)
         return False
+
+    def _holder_gone(self, lease: dict[str, Any]) -> bool:
+        """The holder ran on this host and its process is gone (another host's: cannot tell)."""
+        holder = self.holder(lease)
+        return holder["host"] == socket.gethostname() and holder["pid"] is not None \
+            and not pid_alive(holder["pid"])
 
     def release(self) -> None:
         self._stop.set()
