@@ -208,8 +208,12 @@ def test_busy_strangers_are_foreign_unless_they_are_the_sut(tmp_path):
     # knows no SUT and is taken out of it by the one told they are the SUT — never a
     # comparison of two stretches, one of them assumed quiet
     assert loaded["sut_known"] is False and as_sut["sut_known"] is True
-    assert sut and min(sut) > 0.1, told  # the spinners ran, and were counted
-    spent = sum(sut) / len(sut)
+    # the spinners ran, and were counted: on average over the samples, not in each one (in a
+    # whole make test, 2026-12-06, the sensor at nice 19 beside a real cluster waited 19 s for
+    # its fourth sample, over which the spinners got 0.05 CPU of the box: 0.128, 0.809, 0.264,
+    # 0.052 a sample)
+    spent = sum(sut) / len(sut) if sut else 0.0
+    assert spent > 0.1, told
     assert as_sut["foreign_cpus_mean"] <= loaded["foreign_cpus_mean"] - spent / 2, (
         loaded, as_sut, spent)
 
