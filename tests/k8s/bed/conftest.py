@@ -1,7 +1,8 @@
 """The test bed of real parts, one for the package: every module here runs against it, in the
-order a cluster can bear (``test_catalog.py`` and ``test_control_plane.py`` on the warm demo
-RayCluster, the latter's last tests replacing it with a RayJob's cluster and a cluster without
-GCS fault tolerance; ``test_eager.py`` on a cluster of its own)."""
+order a cluster can bear — ``test_control_plane.py`` first, on the fresh demo RayCluster (its
+last tests replace it with a RayJob's cluster and a cluster without GCS fault tolerance), then
+``test_eager.py`` on a cluster of its own, then ``test_rest_of_catalog.py`` on the demo made
+again."""
 
 from __future__ import annotations
 

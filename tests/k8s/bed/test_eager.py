@@ -10,12 +10,12 @@ KubeRay operator), each reaching the verdict it reaches locally:
   declares the node dead while its raylet runs — exit 1, the false death named;
 - ``blackout-false-deaths`` with one 12 s cycle, the negative control of ``false_node_deaths``
   (its shipped file keeps Ray's default checks, which ride a 12 s blackout out: it passes in
-  ``test_catalog.py``): the eager GCS declares the dark worker dead — exit 1.
+  ``test_rest_of_catalog.py``): the eager GCS declares the dark worker dead — exit 1.
 
 Each run proves its fault landed and was undone, and the bed is proven clean after it (as in
-``test_catalog.py``). The cluster is ``eager``: the demo's spec with those three settings on the
-head container, made after the demo RayCluster is deleted (one Ray cluster at a time on 2
-cores) and deleted at the end of the module.
+``test_rest_of_catalog.py``). The cluster is ``eager``: the demo's spec with those three
+settings on the head container, made after the demo RayCluster is deleted (one Ray cluster at a
+time on 2 cores) and deleted at the end of the module.
 """
 
 from __future__ import annotations
