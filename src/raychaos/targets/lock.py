@@ -17,13 +17,21 @@ from typing import Any
 
 from raychaos.errors import TargetBusy
 
-__all__ = ["FileLock", "holder_text", "pid_alive"]
+__all__ = ["FileLock", "dead_here", "holder_text", "pid_alive"]
 
 
 def holder_text(holder: dict[str, Any]) -> str:
     since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(holder.get("since", 0)))
     return (f"run {holder.get('run_id')!r} (PID {holder.get('pid')} on {holder.get('host')}, "
             f"since {since})")
+
+
+def dead_here(holder: dict[str, Any]) -> bool:
+    """The holder (``host``, ``pid``) ran on this host and its process is gone; a holder of
+    another host cannot be told from here (the user decides, or an expiry does)."""
+    pid = holder.get("pid")
+    return holder.get("host") == socket.gethostname() and isinstance(pid, int) \
+        and not pid_alive(pid)
 
 
 def pid_alive(pid: int) -> bool:
@@ -87,12 +95,7 @@ class FileLock:
         raise TargetBusy(f"{self.what}: could not take the lock {self.path}")
 
     def _stale(self, holder: dict[str, Any]) -> bool:
-        pid = holder.get("pid")
-        if not isinstance(pid, int):
-            return True
-        if holder.get("host") != socket.gethostname():
-            return False  # cannot tell from here; the user decides
-        return not pid_alive(pid)
+        return not isinstance(holder.get("pid"), int) or dead_here(holder)
 
     def clear_stale(self, run_id: str) -> bool:
         """Remove the lock a crashed run ``run_id`` left (its PID dead); True when removed."""

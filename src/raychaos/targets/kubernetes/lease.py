@@ -17,7 +17,7 @@ from typing import Any
 
 from raychaos.errors import KubeApiError, TargetBusy
 from raychaos.targets.kubernetes.client import ApiSession
-from raychaos.targets.lock import holder_text, pid_alive
+from raychaos.targets.lock import dead_here, holder_text
 
 __all__ = ["LeaseLock"]
 
@@ -110,16 +110,10 @@ class LeaseLock:
         otherwise be refused for up to a minute). True when deleted."""
         lease = self.api.read_or_none(self.coord.read_namespaced_lease, self.name, self.ns)
         if lease and self.holder(lease)["run_id"] == run_id and (
-                self._expired(lease) or self._holder_gone(lease)):
+                self._expired(lease) or dead_here(self.holder(lease))):
             return self.api.delete_quietly(f"{self._path}/{self.name}",
                                            self.coord.delete_namespaced_lease, self.name, self.ns)
         return False
-
-    def _holder_gone(self, lease: dict[str, Any]) -> bool:
-        """The holder ran on this host and its process is gone (another host's: cannot tell)."""
-        holder = self.holder(lease)
-        return holder["host"] == socket.gethostname() and holder["pid"] is not None \
-            and not pid_alive(holder["pid"])
 
     def release(self) -> None:
         self._stop.set()
