@@ -59,6 +59,11 @@ def assert_healthy_run(code: int, summary: dict, out: str) -> None:
     assert_healthy(code, summary, f"{brief}\n--- output ---\n{out[-3000:]}")
     assert summary["target"]["kind"] == "kubernetes"
     assert summary["faults"], "a fault was applied"
+    assert_faults_landed_and_undone(summary)
+
+
+def assert_faults_landed_and_undone(summary: dict) -> None:
+    """Every fault of the run left proof that it landed, and was undone (whatever the verdict)."""
     for fault in summary["faults"]:
         assert fault["state"] == "undone", fault
         assert fault["evidence"], f"{fault['fault']} returned no proof it landed"

@@ -32,6 +32,7 @@ from tests.k8s._bed import (
     SECONDS,
     api,
     assert_clean,
+    assert_faults_landed_and_undone,
     bed_run,
     delete_and_wait,
     demo_spec,
@@ -79,9 +80,7 @@ def _run(b: Any, name: str, tmp_path: Any, edit: Any) -> tuple[int, dict, str]:
     t0 = time.monotonic()
     code, summary, out = bed_run(b, exp, tmp_path / "results", "--cluster", CLUSTER)
     SECONDS[name] = time.monotonic() - t0
-    for fault in summary["faults"]:
-        assert fault["state"] == "undone", fault
-        assert fault["evidence"], f"{fault['fault']} returned no proof it landed"
+    assert_faults_landed_and_undone(summary)
     return code, summary, out
 
 
