@@ -6,12 +6,14 @@ is the ``bed`` fixture (``tests/k8s/conftest.py``); a test that needs the demo R
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +224,20 @@ def delete_and_wait(b: testbed.Bed, plural: str, name: str, timeout: float = 180
             return
         time.sleep(2)
     raise AssertionError(f"{plural}/{name} or its pods still there after {timeout:.0f} s")
+
+
+@contextlib.contextmanager
+def raycluster(b: testbed.Bed, name: str, spec: dict[str, Any]) -> Iterator[None]:
+    """RayCluster ``name`` with ``spec`` made on the bed for the block, then deleted with its
+    pods (whatever the block raised); the block waits for it as it needs."""
+    body = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": name},
+            "spec": spec}
+    code, made = api(b).call("POST", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters", body)
+    assert code == 201, made
+    try:
+        yield
+    finally:
+        delete_and_wait(b, "rayclusters", name)
 
 
 def healthy_demo_run(b: testbed.Bed, name: str, tmp_path: Path) -> dict:

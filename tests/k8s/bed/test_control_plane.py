@@ -41,6 +41,7 @@ from tests.k8s._bed import (
     demo_spec,
     healthy_demo_run,
     leftovers,
+    raycluster,
     variant,
 )
 
@@ -176,11 +177,7 @@ def test_a_head_kill_without_gcs_ft_fails_and_names_what_was_lost(bed, tmp_path)
     delete_and_wait(bed, "rayclusters", "demo")  # one Ray cluster at a time on 2 cores
     spec = demo_spec()
     spec.pop("gcsFaultToleranceOptions")
-    body = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "noft"},
-            "spec": spec}
-    code, made = api(bed).call("POST", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters", body)
-    assert code == 201, made
-    try:
+    with raycluster(bed, "noft", spec):
         assert_clean(bed, "noft")
 
         def shorter(data: dict) -> None:  # the world's and the local control's windows
@@ -204,5 +201,3 @@ def test_a_head_kill_without_gcs_ft_fails_and_names_what_was_lost(bed, tmp_path)
         failed = {s["name"] for s in summary["slos"] if s["verdict"] == "fail"}
         assert {"sentinel-actor-preserved", "load-jobs-survive", "workers-reregister"} <= failed
         assert leftovers(bed) == []
-    finally:
-        delete_and_wait(bed, "rayclusters", "noft")

@@ -28,14 +28,13 @@ from typing import Any
 import pytest
 
 from tests.k8s._bed import (
-    NS,
     SECONDS,
-    api,
     assert_clean,
     assert_faults_landed_and_undone,
     bed_run,
     delete_and_wait,
     demo_spec,
+    raycluster,
     variant,
     wait_cluster,
 )
@@ -55,17 +54,11 @@ def eager(bed):  # noqa: ANN001, ANN201
     spec = demo_spec()
     [head] = spec["headGroupSpec"]["template"]["spec"]["containers"]
     head["env"] = [*(head.get("env") or []), *({"name": k, "value": v} for k, v in EAGER.items())]
-    body = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": CLUSTER},
-            "spec": spec}
     t0 = time.monotonic()
-    code, made = api(bed).call("POST", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters", body)
-    assert code == 201, made
-    try:
+    with raycluster(bed, CLUSTER, spec):
         wait_cluster(bed, CLUSTER)
         SECONDS["eager cluster ready"] = time.monotonic() - t0
         yield bed
-    finally:
-        delete_and_wait(bed, "rayclusters", CLUSTER)
 
 
 def _method_args(data: dict[str, Any], func: str) -> dict[str, Any]:
