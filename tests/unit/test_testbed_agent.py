@@ -145,6 +145,37 @@ def test_the_routes_the_go_kubelet_calls(served):
     assert _call(sock, "GET", "/nowhere")[0] == 404
 
 
+def test_a_burst_of_kubelet_connections_waits_for_a_busy_agent_instead_of_being_refused(
+        tmp_path):
+    """While the agent is slow to accept (a busy box), the kubelet's connections queue: with
+    socketserver's backlog of 5 the seventh was refused at once (EAGAIN on a Unix socket) and
+    the kubelet failed a port-forward to a running pod as "no running container" — Serve
+    requests closed mid-run on the bed. All 64 are answered once the agent gets to them."""
+    sock = tmp_path / "agent.sock"
+    server = _Server(str(sock), _handler(_FakeAgent()))  # type: ignore[arg-type]
+    clients = []
+    try:
+        for _ in range(64):  # nobody accepts yet: each waits in the listen queue
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.setblocking(False)
+            clients.append(c)
+            c.connect(str(sock))  # BlockingIOError (EAGAIN) once the queue is full
+            c.setblocking(True)
+            c.sendall(b"GET /containers/u9/ray-head HTTP/1.1\r\nHost: agent\r\n\r\n")
+        thread = threading.Thread(target=server.serve_forever,
+                                  kwargs={"poll_interval": 0.05}, daemon=True)
+        thread.start()
+        for c in clients:
+            c.settimeout(30)
+            assert c.recv(64).startswith(b"HTTP/1.1 404")  # answered: no such pod
+        server.shutdown()
+        thread.join(5)
+    finally:
+        for c in clients:
+            c.close()
+        server.server_close()
+
+
 @pytest.mark.parametrize(("image", "command", "args", "argv"), [
     # the official Redis image: its entrypoint runs redis-server, protected mode off
     ("redis:7.4", [], ["--appendonly", "yes"],

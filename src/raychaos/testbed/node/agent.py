@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import socketserver
 import sys
 import threading
@@ -341,6 +342,11 @@ def _nice_for(pod: dict[str, Any]) -> int:
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    #: socketserver's default backlog is 5: when the agent was slow to accept (a busy box),
+    #: the kubelet's next connections were refused at once ("connect: resource temporarily
+    #: unavailable" on a Unix socket) and port-forwards to running pods failed as "no running
+    #: container". A container runtime's socket listens with the system's maximum.
+    request_queue_size = socket.SOMAXCONN
 
 
 def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:

@@ -14,11 +14,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,11 +36,33 @@ func newAgentClient(socket string) *agentClient {
 		Timeout: 30 * time.Second,
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return dial.DialContext(ctx, "unix", socket)
+				return dialAgent(ctx, dial, socket)
 			},
 			MaxIdleConnsPerHost: 8,
 		},
 	}}
+}
+
+// dialAgent connects to the agent's socket, waiting while its backlog is full: a Unix socket
+// refuses at once (EAGAIN) when the listener is slow to accept, where a TCP one would queue
+// the SYN; on a busy box that turned port-forwards to running pods into "no running container".
+func dialAgent(ctx context.Context, dial *net.Dialer, socket string) (net.Conn, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	wait := 10 * time.Millisecond
+	for {
+		conn, err := dial.DialContext(ctx, "unix", socket)
+		if err == nil || !errors.Is(err, syscall.EAGAIN) || time.Now().After(deadline) {
+			return conn, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		if wait < 200*time.Millisecond {
+			wait *= 2
+		}
+	}
 }
 
 // agentError is an answer other than 200; code 404 means the agent does not have the pod.

@@ -353,15 +353,19 @@ func (p *provider) PortForward(ctx context.Context, ns, pod string, port int32, 
 		return err
 	}
 	pid := 0
+	why := "none is running"
 	for _, c := range obj.Spec.Containers {
 		info, err := p.agent.container(ctx, string(obj.UID), c.Name, false)
 		if err == nil && info.PID != nil {
 			pid = *info.PID
 			break
 		}
+		if err != nil {
+			why = err.Error()
+		}
 	}
 	if pid == 0 {
-		return fmt.Errorf("pod %s/%s has no running container on node %s", ns, pod, p.node)
+		return fmt.Errorf("pod %s/%s has no running container on node %s (%s)", ns, pod, p.node, why)
 	}
 	addrs := []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port)))}
 	if st, _ := p.GetPodStatus(ctx, ns, pod); st != nil && st.PodIP != "" {
