@@ -86,6 +86,7 @@ class Container:
     cpu_group: tuple[Any, str] | None = None  # (CpuGroups, group): the pod's CPU request
     proc: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
+    _init: int | None = field(default=None, repr=False)
 
     def setup_script(self) -> str:
         """Volumes first (their sources may live under the host's /tmp; targets under /tmp
@@ -123,6 +124,7 @@ class Container:
             cmd = ["nice", "-n", str(self.nice), *cmd]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
+            self._init = None
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=self.env,
                                          start_new_session=True)
@@ -139,14 +141,19 @@ class Container:
         return 128 - rc if rc < 0 else rc
 
     def init_pid(self) -> int | None:
-        """Host PID of the container's PID 1 (the unshare process's child)."""
+        """Host PID of the container's PID 1 (the unshare process's child), found once and
+        then checked by one read of its stat: the kubelet asks for it on every exec and
+        port-forward, and listing the children the general way reads every process's stat
+        (hundreds of Ray processes on a busy bed)."""
         if self.proc is None or self.proc.poll() is not None:
             return None
-        try:
-            kids = psutil.Process(self.proc.pid).children()
-        except psutil.Error:
-            return None
-        return kids[0].pid if kids else None
+        if self._init is not None and _parent(self._init) == self.proc.pid:
+            return self._init
+        self._init = None
+        kids = _children(self.proc.pid)
+        if kids:
+            self._init = kids[0]
+        return self._init
 
     def signal_init(self, sig: int) -> None:
         pid = self.init_pid()
@@ -194,6 +201,31 @@ class Container:
             ["nsenter", "-t", str(pid), "-m", "-u", "-p", "-n", "--wd=/", "--", *command],
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, env=self.env, start_new_session=True)
+
+
+def _parent(pid: int) -> int | None:
+    """The parent PID of ``pid`` (None: gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(b")") + 2:].split()[1])
+
+
+def _children(pid: int) -> list[int]:
+    """The children of ``pid``: the kernel's list of them, else a scan of every process."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except FileNotFoundError:
+        pass  # no CONFIG_PROC_CHILDREN, or gone
+    except OSError:
+        return []
+    try:
+        return [k.pid for k in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
 
 
 def marked(prefix: str) -> list[psutil.Process]:
