@@ -151,6 +151,56 @@ def test_a_harness_pointed_at_a_bed_here_counts_the_bed_as_the_system_under_test
         assert read() >= first >= 0
 
 
+def test_the_beds_own_processes_run_in_a_cpu_group_as_heavy_as_all_its_nodes(cache):
+    """Left in the root group, each control-plane process weighed one CPU against the nodes'
+    14: a head restarting beside a task storm starved the API server and the node agent for
+    seconds. Each process is in the group from its first instruction; the bed's CPU reader
+    counts it once (with the groups, not again by PID); down removes the group."""
+    import time
+
+    from raychaos.targets.local.cpu import in_cpu_group, shares_for, weight_for
+
+    cpu = bed._control_plane_cpu("t")
+    if cpu is None:
+        pytest.skip("no CPU groups on this machine (not root, or no CPU controller)")
+    groups, group = cpu
+    root = bed.state_dir("t")
+    (root / "logs").mkdir(parents=True)
+    pid = bed._start(root, "etcd", [sys.executable, "-c",
+                                    "import time\nwhile True: sum(range(10**5))"], cpu=cpu)
+    try:
+        nodes = shares_for(sum(float(n["cpu"]) for n in bed.DEFAULT_NODES))
+        if groups.version == 1:
+            assert int((groups.path(group) / "cpu.shares").read_text()) == nodes
+        else:
+            assert int((groups.path(group) / "cpu.weight").read_text()) == weight_for(nodes)
+        deadline = time.monotonic() + 10  # its shell moves itself in, then execs the binary
+        while not in_cpu_group(pid, group):
+            assert time.monotonic() < deadline, open(f"/proc/{pid}/cgroup").read()
+            time.sleep(0.02)
+        assert str(pid) in (groups.path(group) / "cgroup.procs").read_text().split()
+        server = "https://127.0.0.1:40124"
+        (root / "bed.json").write_text(json.dumps({"name": "t", "server": server,
+                                                   "pids": {"etcd": pid}}))
+        read = sutcpu.local_sut(server)
+        assert read is not None
+        r0, u0 = read(), groups.usage_seconds(group)
+        deadline = time.monotonic() + 30
+        while (groups.usage_seconds(group) or 0) - (u0 or 0) < 0.3:
+            assert time.monotonic() < deadline, "the spinner got no CPU in 30 s"
+            time.sleep(0.05)
+        r1, u1 = read(), groups.usage_seconds(group)
+        assert None not in (r0, r1, u0, u1)
+        # counted once, with the groups: not the group's seconds plus the PID's again
+        assert 0.5 * (u1 - u0) < r1 - r0 < 1.5 * (u1 - u0), (r1 - r0, u1 - u0)
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    (root / "pids.json").write_text(json.dumps({"etcd": pid}))
+    bed.down("t")
+    assert groups.existing(group) == []
+
+
 def test_up_creates_the_demo_raycluster_with_its_redis_and_waits_for_it(tmp_path):
     """The demo's objects go to their own collections; the RayCluster is waited for until the
     operator calls it ready; a refusal names the object and the answer."""

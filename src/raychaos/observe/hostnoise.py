@@ -42,6 +42,7 @@ import numpy as np
 import psutil
 
 from raychaos.results.store import Timeline
+from raychaos.targets.local.cpu import in_cpu_group
 
 __all__ = ["HostNoise", "NoiseBounds", "ProcStat", "noise_by_window", "noise_differs",
            "noise_high", "noise_louder", "parse_proc_stat", "window_noise"]
@@ -103,13 +104,7 @@ def _psi_some_avg10(text: str | None) -> float | None:
 
 def _in_sut_group(pid: int) -> bool:
     """Is the process in a ``raychaos-`` cpu cgroup (v1 ``cpu`` line, or the v2 line)?"""
-    text = _read(f"/proc/{pid}/cgroup") or ""
-    for line in text.splitlines():
-        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        if controllers == "" or "cpu" in controllers.split(","):
-            if path.lstrip("/").startswith(SUT_GROUP_PREFIX):
-                return True
-    return False
+    return in_cpu_group(pid, SUT_GROUP_PREFIX)
 
 
 class _OwnCpu:

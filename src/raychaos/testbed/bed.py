@@ -142,8 +142,45 @@ def _wait(what: str, check: Callable[[], bool], pid: int, log: Path,
     raise BedError(f"{what} was not ready within {timeout:.0f} s (log {log})")
 
 
-def _start(root: Path, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
+def control_plane_group(name: str) -> str:
+    """The CPU group of bed ``name``'s own processes (etcd, API server, controller-manager,
+    scheduler, node agent, kubelet, operator), beside its nodes' groups under the same prefix
+    (so the bed's CPU is read, and its groups removed, as one)."""
+    from raychaos.testbed.node.agent import world_name
+    from raychaos.testbed.node.kubelet import world_cpu_prefix
+
+    return f"{world_cpu_prefix(world_name(name))}control-plane"
+
+
+def _control_plane_cpu(name: str) -> tuple[Any, str] | None:
+    """Make the control plane's CPU group, weighing as much as all the nodes together.
+
+    On a real cluster the control plane runs on machines of its own and a kubelet keeps
+    system-reserved CPU for itself and the runtime; here they share this box with the pods,
+    whose node groups weigh their capacity (14 CPUs' worth on 2 cores). Left in the root
+    group, each of these processes weighed one CPU against them, and a head restarting beside
+    a task storm took the box for seconds: the API server answered nothing for 10 s and the
+    node agent's socket refused the kubelet's port-forwards (Serve requests closed, counted as
+    Serve's errors). In a group as heavy as the nodes, the control plane gets up to half the
+    box when it needs it, and costs the pods nothing when idle."""
+    from raychaos.targets.local.cpu import cpu_groups, shares_for
+
+    groups = cpu_groups()
+    if groups is None:
+        return None  # not root, or no CPU controller: everything runs ungrouped
+    group = control_plane_group(name)
+    groups.ensure(group, shares_for(sum(float(n["cpu"]) for n in DEFAULT_NODES)))
+    return groups, group
+
+
+def _start(root: Path, name: str, argv: list[str], env: dict[str, str] | None = None,
+           cpu: tuple[Any, str] | None = None) -> int:
+    """Start one of the bed's processes in its own session, in CPU group ``cpu`` (if any)
+    from its first instruction (the command's PID is the process's: the shell execs it)."""
     log = root / "logs" / f"{name}.log"
+    if cpu is not None:
+        groups, group = cpu
+        argv = groups.join_command(group, argv)
     with open(log, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=root, env=env,
@@ -229,13 +266,14 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
     server = f"https://127.0.0.1:{ports['apiserver']}"
     pids: dict[str, int] = {}
     try:
+        cpu = _control_plane_cpu(name)
         etcd_url = f"http://127.0.0.1:{ports['etcd']}"
         peer = f"http://127.0.0.1:{ports['etcd-peer']}"
         pids["etcd"] = _start(root, "etcd", [
             str(bins["etcd"]), "--name", "bed", "--data-dir", str(root / "etcd"),
             "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"bed={peer}", "--log-level", "warn"])
+            "--initial-cluster", f"bed={peer}", "--log-level", "warn"], cpu=cpu)
         _write_pids(root, pids)
         _wait("etcd", lambda: _http_ok(f"{etcd_url}/health"), pids["etcd"],
               root / "logs" / "etcd.log")
@@ -251,7 +289,7 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
             "--enable-priority-and-fairness=false", "--profiling=false",
             "--kubelet-client-certificate", str(root / "certs" / "apiserver-kubelet-client.crt"),
             "--kubelet-client-key", str(root / "certs" / "apiserver-kubelet-client.key"),
-            "--kubelet-preferred-address-types", "InternalIP"])
+            "--kubelet-preferred-address-types", "InternalIP"], cpu=cpu)
         _write_pids(root, pids)
         ca = root / "certs" / "apiserver.crt"
         _wait("kube-apiserver", lambda: ca.exists() and ApiClient(server, token, ca).ok("/readyz"),
@@ -265,9 +303,10 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
             str(bins["kube-controller-manager"]), *common,
             "--secure-port", str(ports["controller-manager"]),
             "--service-account-private-key-file", str(sa_key), "--root-ca-file", str(ca),
-            "--use-service-account-credentials=false", "--cluster-name", name])
+            "--use-service-account-credentials=false", "--cluster-name", name], cpu=cpu)
         pids["kube-scheduler"] = _start(root, "kube-scheduler", [
-            str(bins["kube-scheduler"]), *common, "--secure-port", str(ports["scheduler"])])
+            str(bins["kube-scheduler"]), *common, "--secure-port", str(ports["scheduler"])],
+            cpu=cpu)
         _write_pids(root, pids)
         crd_files = [*sorted(crds.glob("*.yaml")), *chaos_crds]
         for crd in crd_files:
@@ -285,7 +324,7 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
         if code not in (201, 409):
             raise BedError(f"creating namespace {namespace} answered {code}: {body}")
         if nodes:
-            _start_nodes(root, name, bins, server, token, ca, kubeconfig, ports, pids, api)
+            _start_nodes(root, name, bins, server, token, ca, kubeconfig, ports, pids, api, cpu)
         env = dict(os.environ, KUBECONFIG=str(kubeconfig))
         pids["kuberay-operator"] = _start(root, "kuberay-operator", [
             str(bins["kuberay-operator"]),
@@ -295,7 +334,7 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
             # it runs on the host, not in a pod: no cluster DNS for <svc>.<ns>.svc.cluster.local.
             # KubeRay's flag for an operator outside the cluster: reach each head's dashboard
             # through the API server's services/proxy (the API server reaches pod IPs here)
-            "--use-kubernetes-proxy"], env=env)
+            "--use-kubernetes-proxy"], env=env, cpu=cpu)
         _write_pids(root, pids)
         _wait("kuberay-operator",
               lambda: _http_ok(f"http://127.0.0.1:{ports['kuberay-probe']}/readyz"),
@@ -317,7 +356,7 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
 
 def _start_nodes(root: Path, name: str, bins: dict[str, Path], server: str, token: str, ca: Path,
                  kubeconfig: Path, ports: dict[str, int], pids: dict[str, int],
-                 api: ApiClient) -> None:
+                 api: ApiClient, cpu: tuple[Any, str] | None = None) -> None:
     """The node agent (root: it makes the namespaces), then the kubelet; wait for the nodes."""
     sock = root / "agent.sock"
     specs = [dict(n, port=ports[f"kubelet-{n['name']}"]) for n in DEFAULT_NODES]
@@ -326,7 +365,7 @@ def _start_nodes(root: Path, name: str, bins: dict[str, Path], server: str, toke
                                      "socket": str(sock), "server": server, "token": token,
                                      "ca": str(ca), "nodes": specs}, indent=1))
     pids["node-agent"] = _start(root, "node-agent", [
-        sys.executable, "-m", "raychaos.testbed.node.agent", str(agent_cfg)])
+        sys.executable, "-m", "raychaos.testbed.node.agent", str(agent_cfg)], cpu=cpu)
     _write_pids(root, pids)
     _wait("the node agent", sock.exists, pids["node-agent"], root / "logs" / "node-agent.log")
     certs = root / "certs"
@@ -341,7 +380,7 @@ def _start_nodes(root: Path, name: str, bins: dict[str, Path], server: str, toke
                    "labels": n["labels"], "taints": n.get("taints") or []} for n in specs]},
         indent=1))
     pids["raychaos-kubelet"] = _start(root, "raychaos-kubelet", [
-        str(bins["raychaos-kubelet"]), "--config", str(kubelet_cfg)])
+        str(bins["raychaos-kubelet"]), "--config", str(kubelet_cfg)], cpu=cpu)
     _write_pids(root, pids)
     _wait("the kubelet's nodes", partial(_nodes_ready, api, [n["name"] for n in specs]),
           pids["raychaos-kubelet"], root / "logs" / "raychaos-kubelet.log")

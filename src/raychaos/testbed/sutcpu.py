@@ -12,12 +12,12 @@ __all__ = ["local_sut"]
 
 
 class _BedCpu:
-    """Cumulative CPU seconds of a bed on this machine — its pods' CPU groups and its own
-    processes (etcd, the API server, controller-manager, scheduler, node agent, kubelet,
-    operator): on the bed, KubeRay and Kubernetes are part of the system under test, and the
-    host-noise sensor must not take their work for unrelated noise (a head kill beside them
-    read "unrelated work took 0.93 CPUs"). Never goes backwards: a process that exits keeps
-    what it used."""
+    """Cumulative CPU seconds of a bed on this machine — its CPU groups (its pods', and its
+    control plane's where it made one) and its own processes outside them (etcd, the API
+    server, controller-manager, scheduler, node agent, kubelet, operator): on the bed, KubeRay
+    and Kubernetes are part of the system under test, and the host-noise sensor must not take
+    their work for unrelated noise (a head kill beside them read "unrelated work took 0.93
+    CPUs"). Never goes backwards: a process that exits keeps what it used."""
 
     def __init__(self, name: str, pids: dict[str, int]) -> None:
         from raychaos.targets.local.cpu import CpuUsage, cpu_groups
@@ -25,15 +25,19 @@ class _BedCpu:
         from raychaos.testbed.node.kubelet import world_cpu_prefix
 
         groups = cpu_groups()
-        self.pods = None if groups is None else CpuUsage(groups, world_cpu_prefix(
-            world_name(name)))
+        self.prefix = world_cpu_prefix(world_name(name))
+        self.pods = None if groups is None else CpuUsage(groups, self.prefix)
         self.pids = pids
         self.seen: dict[int, float] = {}
 
     def read(self) -> float | None:
         import psutil
 
+        from raychaos.targets.local.cpu import in_cpu_group
+
         for pid in self.pids.values():
+            if in_cpu_group(pid, self.prefix):
+                continue  # in the control plane's CPU group: counted with the groups below
             try:
                 t = psutil.Process(pid).cpu_times()
                 self.seen[pid] = max(self.seen.get(pid, 0.0), float(t.user + t.system))

@@ -36,7 +36,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CpuGroups", "CpuUsage", "cluster_prefix", "cpu_groups", "pod_group", "shares_for"]
+__all__ = ["CpuGroups", "CpuUsage", "cluster_prefix", "cpu_groups", "in_cpu_group", "pod_group",
+           "shares_for"]
 
 V1_ROOT = Path("/sys/fs/cgroup/cpu")
 V1_ACCT_ROOT = Path("/sys/fs/cgroup/cpuacct")
@@ -56,6 +57,21 @@ def pod_group(cluster: str, node: str) -> str:
 def shares_for(cpus: float) -> int:
     """cgroup v1 ``cpu.shares`` for a request of ``cpus`` (the kubelet's rule, minimum 2)."""
     return max(2, int(cpus * 1024))
+
+
+def in_cpu_group(pid: int, prefix: str) -> bool:
+    """Is process ``pid`` in a CPU group whose top-level name starts with ``prefix`` (the v1
+    ``cpu`` hierarchy's line, or the v2 line)? False when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if (controllers == "" or "cpu" in controllers.split(",")) and \
+                path.lstrip("/").startswith(prefix):
+            return True
+    return False
 
 
 def weight_for(shares: int) -> int:
