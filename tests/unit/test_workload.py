@@ -156,3 +156,51 @@ def test_in_the_cluster_the_dashboard_is_the_head_services_dns_name(monkeypatch)
     assert use_service_dns(_Handle()).given_url == (  # type: ignore[arg-type]
         "http://demo-head-svc.ml.svc:8265")
     assert use_service_dns(_Handle("http://given")).given_url == "http://given"  # type: ignore[arg-type]
+
+
+def _serve_pod(name: str, node_type: str, ready: bool, serve: str = "true") -> dict:
+    """A pod of a RayService's cluster as KubeRay v1.5.0 labels it and the kubelet reports it."""
+    return {"metadata": {"name": name, "labels": {"ray.io/cluster": "chat-a", "ray.io/serve": serve,
+                                                  "ray.io/node-type": node_type}},
+            "status": {"phase": "Running", "podIP": f"10.0.0.{len(name)}",
+                       "conditions": [{"type": "Ready", "status": str(ready)}]}}
+
+
+class _ServeApi:
+    """The Service read ServeServiceResolver makes, over a dict."""
+
+    def __init__(self, service: dict):
+        self.service = service
+        self.core = type("Core", (), {"read_namespaced_service": None})()
+
+    def read_or_none(self, fn, name, ns):
+        return self.service if name == "chat-serve-svc" else None
+
+
+@pytest.mark.parametrize("publish_not_ready", [False, True])
+def test_serve_connections_go_where_the_serve_service_sends_traffic(publish_not_ready):
+    """As kube-proxy: the pods the Serve Service's selector matches that are Ready. KubeRay
+    labels every worker ray.io/serve=true and takes one out of the Service by its readiness
+    probe (its Serve proxy's /-/healthz); a worker without a proxy (Serve runs none on a node
+    without replicas) is NotReady, and a client of the Service never reaches it — unless the
+    Service publishes not-ready addresses."""
+    from raychaos.targets.kubernetes.owner import ServeServiceResolver
+
+    svc = {"metadata": {"name": "chat-serve-svc"},
+           "spec": {"selector": {"ray.io/cluster": "chat-a", "ray.io/serve": "true"},
+                    "ports": [{"name": "serve", "port": 8000, "targetPort": 8000}],
+                    "publishNotReadyAddresses": publish_not_ready}}
+    owner = Owner(_ServeApi(svc), "ml", "rayservice", "chat")  # type: ignore[arg-type]
+    owner.obj = rayservice("chat-a")
+    pods = [_serve_pod("chat-a-head-x", "head", True, serve="false"),
+            _serve_pod("chat-a-gpu-worker-y", "worker", True),
+            _serve_pod("chat-a-cpu-worker-z", "worker", False)]
+    resolve = ServeServiceResolver(owner, lambda: pods)
+    picked = {resolve() for _ in range(6)}
+    expected = {("chat-a-gpu-worker-y", 8000)} | (
+        {("chat-a-cpu-worker-z", 8000)} if publish_not_ready else set())
+    assert picked == expected
+    pods[1]["status"]["conditions"][0]["status"] = "False"  # no Ready endpoint: an outage
+    if not publish_not_ready:
+        with pytest.raises(TargetUnavailable, match="no Ready pod behind Service ml/chat-serve"):
+            resolve()
