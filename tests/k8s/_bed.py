@@ -156,22 +156,39 @@ def leftovers(b: testbed.Bed) -> list[str]:
     return left
 
 
-def wait_cluster(b: testbed.Bed, name: str, timeout: float = 300) -> float:
-    """Until the operator calls RayCluster ``name`` ready and every one of its pods is Ready."""
+def wait_for(pred: Any, timeout: float, what: str, every: float = 2.0) -> Any:
+    """``pred()``'s first truthy answer, asked every ``every`` s; AssertionError naming
+    ``what`` after ``timeout`` s."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        got = pred()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def wait_cluster(b: testbed.Bed, name: str, timeout: float = 300, pods: int = 3) -> float:
+    """Until the operator calls RayCluster ``name`` ready and every one of its ``pods`` pods is
+    Ready."""
     client, t0, last = api(b), time.monotonic(), ""
     while time.monotonic() - t0 < timeout:
         code, rc = client.call("GET", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/{name}")
-        _, pods = client.call("GET", f"/api/v1/namespaces/{NS}/pods?labelSelector="
-                                     f"ray.io/cluster={name}")
-        ready = [p for p in pods.get("items", []) if not p["metadata"].get("deletionTimestamp")
+        _, listed = client.call("GET", f"/api/v1/namespaces/{NS}/pods?labelSelector="
+                                       f"ray.io/cluster={name}")
+        ready = [p for p in listed.get("items", []) if not p["metadata"].get("deletionTimestamp")
                  and any(c["type"] == "Ready" and c["status"] == "True"
                          for c in (p.get("status") or {}).get("conditions") or [])]
         state = (rc.get("status") or {}).get("state") if code == 200 else code
-        if state == "ready" and len(ready) == 3 and len(pods["items"]) == 3:
+        if state == "ready" and len(ready) == pods and len(listed["items"]) == pods:
             return time.monotonic() - t0
-        last = f"state {state}, {len(ready)} of {len(pods.get('items', []))} pods Ready"
+        last = f"state {state}, {len(ready)} of {len(listed.get('items', []))} pods Ready"
         time.sleep(2)
-    raise AssertionError(f"RayCluster {name} not ready in {timeout:.0f} s: {last}")
+    _, events = client.call("GET", f"/api/v1/namespaces/{NS}/events?fieldSelector="
+                                   f"involvedObject.name={name},type=Warning")
+    said = [e.get("message", "") for e in (events.get("items") or [])[-3:]]
+    raise AssertionError(f"RayCluster {name} not ready in {timeout:.0f} s: {last}"
+                         + (f"; the operator said: {said}" if said else ""))
 
 
 def alive_ray_nodes(b: testbed.Bed, cluster: str) -> list[dict]:

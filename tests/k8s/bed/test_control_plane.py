@@ -13,13 +13,8 @@ makes no new head for a provisioned RayJob cluster, a fail), and a RayCluster wi
 tolerance for the negative control, which must fail (exit 1) and name what was lost. Between
 runs: no object of a run left, no node cordoned, no qdisc in any pod or node.
 
-Not here yet, the RayService head kill: in 11 runs by hand on the bed (2026-12-06) 9 passed
-(GCS back 2.2-3.5 s) and 2 saw Ray Serve stop answering after the new head came up — once the
-new controller replaced the worker's replicas and the proxies kept routing to a stopped one for
-22 s, once a Gateway replica answered nothing for 15 s while the controller recovered (p95
-after recovery 13.7 s). Both are fails of the shipped bounds, by Ray on this box, not by the
-harness; a test of it must read the verdict against Serve's own request logs (the world's
-``test_workloads_ray.py`` still runs it).
+The RayService head kill and the resource-shape experiments run on the same bed in modules of
+their own (``test_rayservice.py``, ``test_resources.py``).
 """
 
 from __future__ import annotations
