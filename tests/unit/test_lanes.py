@@ -16,8 +16,7 @@ def test_every_simulated_module_named_exists():
 def test_real_clusters_run_in_one_lane_and_the_rest_in_the_light_one():
     assert lane("tests/integration/test_catalog.py::test_catalog_experiment[gpu-node-drain]") \
         == "real-clusters"
-    assert lane("tests/k8s/test_catalog_k8s_resources.py::test_gpu_fragmentation") \
-        == "real-clusters"
+    assert lane("tests/k8s/test_world_ray.py::test_x") == "real-clusters"
     # the test bed (the real control plane), whatever its modules are called
     assert lane("tests/k8s/bed/test_catalog.py::test_x[y]") == "real-clusters"
     assert lane("tests/k8s/bed/test_drain.py::test_x") == "real-clusters"

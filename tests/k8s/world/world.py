@@ -33,8 +33,7 @@ from tests.k8s.world.simkubelet import SimKubelet, running_status
 from tests.k8s.world.store import Store
 from tests.k8s.world.workloads import Workloads, cluster_behind, default_workload
 
-__all__ = ["World", "NodeSpec", "default_nodes", "default_raycluster", "resources_nodes",
-           "resources_raycluster", "STATE_ROOT"]
+__all__ = ["World", "NodeSpec", "default_nodes", "default_raycluster", "STATE_ROOT"]
 
 log = logging.getLogger("world")
 STATE_ROOT = Path("/tmp/raychaos-world")
@@ -108,39 +107,6 @@ def default_raycluster(name: str, ns: str, gcs_ft: bool = True, image: str = IMA
                       "template": tmpl("ray-worker", "cpu")}]}}
 
 
-def resources_nodes(kubelet: str = "real") -> list[NodeSpec]:
-    """The default topology with two logical GPUs on each GPU node."""
-    return [NodeSpec(n.name, n.cpu, n.memory, 2 if n.gpus else 0, n.labels, n.taints,
-                     n.kubelet) for n in default_nodes(kubelet)]
-
-
-def resources_raycluster(name: str, ns: str) -> dict:
-    """The local resource tier's shape on KubeRay (``tests/integration/test_resources.py``): a
-    head, two GPU workers with two logical GPUs each — one group apiece, so each carries its
-    own ``raychaos.io/node`` label as the experiments' selectors name them (worker-1,
-    worker-2) — and a CPU worker (worker-3) for the drivers; 100 MB object stores."""
-    rc = default_raycluster(name, ns)
-    spec = rc["spec"]
-    store = str(100 * 2**20)
-    spec["headGroupSpec"]["rayStartParams"]["object-store-memory"] = store
-    gpu, cpu = spec["workerGroupSpecs"]
-    groups = []
-    for i in (1, 2):
-        g = json.loads(json.dumps(gpu))
-        g["groupName"] = f"gpu{i}"
-        g["rayStartParams"].update({"num-gpus": "2", "object-store-memory": store,
-                                    "labels": json.dumps({"raychaos.io/node-group": "gpu",
-                                                          "raychaos.io/node": f"worker-{i}"})})
-        for k in ("limits", "requests"):
-            g["template"]["spec"]["containers"][0]["resources"][k]["nvidia.com/gpu"] = "2"
-        groups.append(g)
-    cpu["rayStartParams"].update({"object-store-memory": store,
-                                  "labels": json.dumps({"raychaos.io/node-group": "cpu",
-                                                        "raychaos.io/node": "worker-3"})})
-    spec["workerGroupSpecs"] = [*groups, cpu]
-    return rc
-
-
 class World:
     def __init__(self, name: str = "raychaos", namespace: str = "ray", cluster: str | None = "demo",
                  gcs_ft: bool = True, nodes: list[NodeSpec] | None = None,
@@ -150,12 +116,10 @@ class World:
                  restart_backoff_s: float = 10.0, port: int = 0, keep_state: bool = False,
                  controllers: set[str] | None = None, chaos_mesh: bool = False,
                  workload: str | None = None, submission_mode: str = "K8sJobMode",
-                 head_env: dict[str, str] | None = None, shape: str = "default"):
+                 head_env: dict[str, str] | None = None):
         self.name, self.namespace, self.cluster, self.gcs_ft = name, namespace, cluster, gcs_ft
         self.head_env = head_env
-        self.shape = shape  # "default", or "resources" (resources_raycluster's)
-        self.node_specs = nodes if nodes is not None else \
-            resources_nodes() if shape == "resources" else default_nodes()
+        self.node_specs = nodes if nodes is not None else default_nodes()
         self.state_dir = Path(state_root) / name
         self.image_mb, self.port, self.keep_state = image_mb, port, keep_state
         self.restart_backoff_s = restart_backoff_s
@@ -252,9 +216,8 @@ class World:
             self.api.create(self.api.resolve("ray.io", "v1", self.workload + "s"),
                             self.namespace, body)
         elif self.cluster:
-            rc = resources_raycluster(self.cluster, self.namespace) \
-                if self.shape == "resources" else default_raycluster(
-                    self.cluster, self.namespace, self.gcs_ft, head_env=self.head_env)
+            rc = default_raycluster(self.cluster, self.namespace, self.gcs_ft,
+                                    head_env=self.head_env)
             self.api.create(self.api.resolve("ray.io", "v1", "rayclusters"), self.namespace, rc)
 
     def _start_host(self) -> None:
