@@ -161,13 +161,17 @@ def test_a_burst_of_kubelet_connections_waits_for_a_busy_agent_instead_of_being_
             clients.append(c)
             c.connect(str(sock))  # BlockingIOError (EAGAIN) once the queue is full
             c.setblocking(True)
-            c.sendall(b"GET /containers/u9/ray-head HTTP/1.1\r\nHost: agent\r\n\r\n")
+            c.sendall(b"GET /containers/u9/ray-head HTTP/1.1\r\nHost: agent\r\n"
+                      b"Connection: close\r\n\r\n")
         thread = threading.Thread(target=server.serve_forever,
                                   kwargs={"poll_interval": 0.05}, daemon=True)
         thread.start()
         for c in clients:
             c.settimeout(30)
-            assert c.recv(64).startswith(b"HTTP/1.1 404")  # answered: no such pod
+            reply = b""
+            while chunk := c.recv(4096):  # to the end: the agent closes after its answer
+                reply += chunk
+            assert reply.startswith(b"HTTP/1.1 404"), reply  # answered: no such pod
         server.shutdown()
         thread.join(5)
     finally:
