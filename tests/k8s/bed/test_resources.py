@@ -14,8 +14,8 @@ drivers, 100 MiB object stores. Each reaches the verdict it reaches locally
 - ``dev-shm-trap`` is refused before anything starts: the Kubernetes target does not roll pods
   onto another /dev/shm (``raychaos review`` reads the RayCluster's shared-memory size).
 
-It runs after the RayService's module and before the rest of the catalog (which makes the demo
-again): the demo is deleted first, so this cluster has both GPU nodes.
+It runs after the eager cluster's module and before the rest of the catalog (which makes the
+demo again): the demo is deleted first, so this cluster has both GPU nodes.
 """
 
 from __future__ import annotations
