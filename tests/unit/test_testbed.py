@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from raychaos.testbed import bed, build, demo, sutcpu
+from raychaos.testbed import bed, build, demo, processes, sutcpu
 
 pytestmark = pytest.mark.unit
 
@@ -160,13 +160,13 @@ def test_the_beds_own_processes_run_in_a_cpu_group_as_heavy_as_all_its_nodes(cac
 
     from raychaos.targets.local.cpu import in_cpu_group, shares_for, weight_for
 
-    cpu = bed._control_plane_cpu("t")
+    cpu = processes.control_plane_cpu("t", sum(float(n["cpu"]) for n in bed.DEFAULT_NODES))
     if cpu is None:
         pytest.skip("no CPU groups on this machine (not root, or no CPU controller)")
     groups, group = cpu
     root = bed.state_dir("t")
     (root / "logs").mkdir(parents=True)
-    pid = bed._start(root, "etcd", [sys.executable, "-c",
+    pid = processes.start(root, "etcd", [sys.executable, "-c",
                                     "import time\nwhile True: sum(range(10**5))"], cpu=cpu)
     try:
         nodes = shares_for(sum(float(n["cpu"]) for n in bed.DEFAULT_NODES))

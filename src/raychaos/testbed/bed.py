@@ -25,7 +25,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -44,11 +43,9 @@ import yaml
 from raychaos.errors import RaychaosError
 from raychaos.targets.lock import pid_alive
 from raychaos.testbed import build
+from raychaos.testbed.processes import control_plane_cpu, start, stop, write_pids
 
 __all__ = ["Bed", "down", "state_dir", "state_root", "status", "up"]
-
-ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-         "node-agent", "raychaos-kubelet", "kuberay-operator")
 
 _GPU_TAINT = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
 #: the bed's nodes: a head node (the biggest machine, as a production head often is: each
@@ -142,56 +139,6 @@ def _wait(what: str, check: Callable[[], bool], pid: int, log: Path,
     raise BedError(f"{what} was not ready within {timeout:.0f} s (log {log})")
 
 
-def control_plane_group(name: str) -> str:
-    """The CPU group of bed ``name``'s own processes (etcd, API server, controller-manager,
-    scheduler, node agent, kubelet, operator), beside its nodes' groups under the same prefix
-    (so the bed's CPU is read, and its groups removed, as one)."""
-    from raychaos.testbed.node.agent import world_name
-    from raychaos.testbed.node.kubelet import world_cpu_prefix
-
-    return f"{world_cpu_prefix(world_name(name))}control-plane"
-
-
-def _control_plane_cpu(name: str) -> tuple[Any, str] | None:
-    """Make the control plane's CPU group, weighing as much as all the nodes together.
-
-    On a real cluster the control plane runs on machines of its own and a kubelet keeps
-    system-reserved CPU for itself and the runtime; here they share this box with the pods,
-    whose node groups weigh their capacity (14 CPUs' worth on 2 cores). Left in the root
-    group, each of these processes weighed one CPU against them, and a head restarting beside
-    a task storm took the box for seconds: the API server answered nothing for 10 s and the
-    node agent's socket refused the kubelet's port-forwards (Serve requests closed, counted as
-    Serve's errors). In a group as heavy as the nodes, the control plane gets up to half the
-    box when it needs it, and costs the pods nothing when idle."""
-    from raychaos.targets.local.cpu import cpu_groups, shares_for
-
-    groups = cpu_groups()
-    if groups is None:
-        return None  # not root, or no CPU controller: everything runs ungrouped
-    group = control_plane_group(name)
-    groups.ensure(group, shares_for(sum(float(n["cpu"]) for n in DEFAULT_NODES)))
-    return groups, group
-
-
-def _start(root: Path, name: str, argv: list[str], env: dict[str, str] | None = None,
-           cpu: tuple[Any, str] | None = None) -> int:
-    """Start one of the bed's processes in its own session, in CPU group ``cpu`` (if any)
-    from its first instruction (the command's PID is the process's: the shell execs it)."""
-    log = root / "logs" / f"{name}.log"
-    if cpu is not None:
-        groups, group = cpu
-        argv = groups.join_command(group, argv)
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=root, env=env,
-                                start_new_session=True)
-    return proc.pid
-
-
-def _write_pids(root: Path, pids: dict[str, int]) -> None:
-    (root / "pids.json").write_text(json.dumps(pids))
-
-
 def _kubeconfig(path: Path, server: str, ca: Path, token: str, namespace: str) -> None:
     import base64
 
@@ -266,18 +213,18 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
     server = f"https://127.0.0.1:{ports['apiserver']}"
     pids: dict[str, int] = {}
     try:
-        cpu = _control_plane_cpu(name)
+        cpu = control_plane_cpu(name, sum(float(n["cpu"]) for n in DEFAULT_NODES))
         etcd_url = f"http://127.0.0.1:{ports['etcd']}"
         peer = f"http://127.0.0.1:{ports['etcd-peer']}"
-        pids["etcd"] = _start(root, "etcd", [
+        pids["etcd"] = start(root, "etcd", [
             str(bins["etcd"]), "--name", "bed", "--data-dir", str(root / "etcd"),
             "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"bed={peer}", "--log-level", "warn"], cpu=cpu)
-        _write_pids(root, pids)
+        write_pids(root, pids)
         _wait("etcd", lambda: _http_ok(f"{etcd_url}/health"), pids["etcd"],
               root / "logs" / "etcd.log")
-        pids["kube-apiserver"] = _start(root, "kube-apiserver", [
+        pids["kube-apiserver"] = start(root, "kube-apiserver", [
             str(bins["kube-apiserver"]), "--etcd-servers", etcd_url,
             "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
             "--secure-port", str(ports["apiserver"]), "--cert-dir", str(root / "certs"),
@@ -290,7 +237,7 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
             "--kubelet-client-certificate", str(root / "certs" / "apiserver-kubelet-client.crt"),
             "--kubelet-client-key", str(root / "certs" / "apiserver-kubelet-client.key"),
             "--kubelet-preferred-address-types", "InternalIP"], cpu=cpu)
-        _write_pids(root, pids)
+        write_pids(root, pids)
         ca = root / "certs" / "apiserver.crt"
         _wait("kube-apiserver", lambda: ca.exists() and ApiClient(server, token, ca).ok("/readyz"),
               pids["kube-apiserver"], root / "logs" / "kube-apiserver.log")
@@ -299,15 +246,15 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
         _kubeconfig(kubeconfig, server, ca, token, namespace)
         common = ["--kubeconfig", str(kubeconfig), "--leader-elect=false",
                   "--bind-address", "127.0.0.1"]
-        pids["kube-controller-manager"] = _start(root, "kube-controller-manager", [
+        pids["kube-controller-manager"] = start(root, "kube-controller-manager", [
             str(bins["kube-controller-manager"]), *common,
             "--secure-port", str(ports["controller-manager"]),
             "--service-account-private-key-file", str(sa_key), "--root-ca-file", str(ca),
             "--use-service-account-credentials=false", "--cluster-name", name], cpu=cpu)
-        pids["kube-scheduler"] = _start(root, "kube-scheduler", [
+        pids["kube-scheduler"] = start(root, "kube-scheduler", [
             str(bins["kube-scheduler"]), *common, "--secure-port", str(ports["scheduler"])],
             cpu=cpu)
-        _write_pids(root, pids)
+        write_pids(root, pids)
         crd_files = [*sorted(crds.glob("*.yaml")), *chaos_crds]
         for crd in crd_files:
             code, body = api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
@@ -326,7 +273,7 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
         if nodes:
             _start_nodes(root, name, bins, server, token, ca, kubeconfig, ports, pids, api, cpu)
         env = dict(os.environ, KUBECONFIG=str(kubeconfig))
-        pids["kuberay-operator"] = _start(root, "kuberay-operator", [
+        pids["kuberay-operator"] = start(root, "kuberay-operator", [
             str(bins["kuberay-operator"]),
             "--metrics-addr", f"127.0.0.1:{ports['kuberay-metrics']}",
             "--health-probe-bind-address", f"127.0.0.1:{ports['kuberay-probe']}",
@@ -335,7 +282,7 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
             # KubeRay's flag for an operator outside the cluster: reach each head's dashboard
             # through the API server's services/proxy (the API server reaches pod IPs here)
             "--use-kubernetes-proxy"], env=env, cpu=cpu)
-        _write_pids(root, pids)
+        write_pids(root, pids)
         _wait("kuberay-operator",
               lambda: _http_ok(f"http://127.0.0.1:{ports['kuberay-probe']}/readyz"),
               pids["kuberay-operator"], root / "logs" / "kuberay-operator.log")
@@ -345,7 +292,7 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
 
             demo = create_demo(api, namespace, pids, root, say)
     except BaseException:
-        _stop(pids)
+        stop(pids)
         _cleanup_nodes(name)
         shutil.rmtree(root, ignore_errors=True)
         raise
@@ -364,9 +311,9 @@ def _start_nodes(root: Path, name: str, bins: dict[str, Path], server: str, toke
     agent_cfg.write_text(json.dumps({"bed": name, "state": str(root / "node"),
                                      "socket": str(sock), "server": server, "token": token,
                                      "ca": str(ca), "nodes": specs}, indent=1))
-    pids["node-agent"] = _start(root, "node-agent", [
+    pids["node-agent"] = start(root, "node-agent", [
         sys.executable, "-m", "raychaos.testbed.node.agent", str(agent_cfg)], cpu=cpu)
-    _write_pids(root, pids)
+    write_pids(root, pids)
     _wait("the node agent", sock.exists, pids["node-agent"], root / "logs" / "node-agent.log")
     certs = root / "certs"
     kubelet_cfg = root / "kubelet.json"
@@ -379,9 +326,9 @@ def _start_nodes(root: Path, name: str, bins: dict[str, Path], server: str, toke
                                 **({"nvidia.com/gpu": str(n["gpus"])} if n.get("gpus") else {})},
                    "labels": n["labels"], "taints": n.get("taints") or []} for n in specs]},
         indent=1))
-    pids["raychaos-kubelet"] = _start(root, "raychaos-kubelet", [
+    pids["raychaos-kubelet"] = start(root, "raychaos-kubelet", [
         str(bins["raychaos-kubelet"]), "--config", str(kubelet_cfg)], cpu=cpu)
-    _write_pids(root, pids)
+    write_pids(root, pids)
     _wait("the kubelet's nodes", partial(_nodes_ready, api, [n["name"] for n in specs]),
           pids["raychaos-kubelet"], root / "logs" / "raychaos-kubelet.log")
 
@@ -419,38 +366,6 @@ def _established(api: ApiClient, name: str) -> bool:
                                for c in (body.get("status") or {}).get("conditions") or [])
 
 
-def _stop(pids: dict[str, int], grace_s: float = 10.0) -> list[str]:
-    """SIGTERM each started PID (newest first), SIGKILL what outlives ``grace_s``."""
-    stopped = []
-    for name in reversed([n for n in ORDER if n in pids]):
-        pid = pids[name]
-        if not pid_alive(pid):
-            continue
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-        deadline = time.monotonic() + grace_s
-        while pid_alive(pid) and time.monotonic() < deadline:
-            _reap(pid)
-            time.sleep(0.1)
-        if pid_alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        _reap(pid)
-        stopped.append(name)
-    return stopped
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
 def _load(name: str) -> dict[str, Any]:
     path = state_dir(name) / "bed.json"
     if not path.exists():
@@ -465,7 +380,7 @@ def down(name: str = "default") -> list[str]:
     pids_file = root / "pids.json"
     if not pids_file.exists():
         raise BedError(f"test bed {name!r} is not up (no {pids_file})")
-    stopped = _stop({k: int(v) for k, v in json.loads(pids_file.read_text()).items()})
+    stopped = stop({k: int(v) for k, v in json.loads(pids_file.read_text()).items()})
     left = _cleanup_nodes(name)
     shutil.rmtree(root, ignore_errors=True)
     if left:

@@ -29,6 +29,7 @@ class _BedCpu:
         self.pods = None if groups is None else CpuUsage(groups, self.prefix)
         self.pids = pids
         self.seen: dict[int, float] = {}
+        self.grouped: set[int] = set()
 
     def read(self) -> float | None:
         import psutil
@@ -36,8 +37,9 @@ class _BedCpu:
         from raychaos.targets.local.cpu import in_cpu_group
 
         for pid in self.pids.values():
-            if in_cpu_group(pid, self.prefix):
-                continue  # in the control plane's CPU group: counted with the groups below
+            if pid in self.grouped or in_cpu_group(pid, self.prefix):
+                self.grouped.add(pid)  # a bed process never leaves the control plane's group
+                continue  # counted with the groups below
             try:
                 t = psutil.Process(pid).cpu_times()
                 self.seen[pid] = max(self.seen.get(pid, 0.0), float(t.user + t.system))
