@@ -156,18 +156,6 @@ def leftovers(b: testbed.Bed) -> list[str]:
     return left
 
 
-def wait_for(pred: Any, timeout: float, what: str, every: float = 2.0) -> Any:
-    """``pred()``'s first truthy answer, asked every ``every`` s; AssertionError naming
-    ``what`` after ``timeout`` s."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        got = pred()
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
 def wait_cluster(b: testbed.Bed, name: str, timeout: float = 300, pods: int = 3) -> float:
     """Until the operator calls RayCluster ``name`` ready and every one of its ``pods`` pods is
     Ready."""
