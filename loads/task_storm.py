@@ -7,7 +7,10 @@ completed tasks, failed tasks, and p50/p95/p99 submit-to-result latency.
 
 The rate is a pace, not a quota: submissions missed while the cluster stalled are **not** made
 up afterwards (a burst of catch-up submissions would hide the stall in the throughput). A task
-still pending after ``--timeout`` is cancelled and counted as failed. ``--task-ms`` makes each
+still pending after ``--timeout`` is cancelled and counted as failed — cancelled, not killed: a
+forced cancel kills the worker process running the task, a loss the fault did not cause (seen:
+all 64 tasks in flight over a head kill cancelled at once 10 s later, then the storm stalling 3-4
+s at a time while Ray started workers, each seconds on a busy box). ``--task-ms`` makes each
 task sleep, so tasks are in flight on every node (what a node loss needs to hurt); with
 ``--max-retries 0`` a task on a node that dies fails instead of moving. ``--spread`` places the
 tasks round the nodes (Ray's ``SPREAD``): a task is 1 % of a CPU, so by default all of them fit
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             for ref, t0 in list(pending.items()):
                 if time.monotonic() - t0 > args.timeout:
                     pending.pop(ref)
-                    ray.cancel(ref, force=True)
+                    ray.cancel(ref)  # not force=True: the worker lives on (see above)
                     stats.fail()
         else:
             time.sleep(0.005)
