@@ -10,6 +10,11 @@ lost and not reconstructed, a reducer that failed) is a ``lost_outputs`` count �
 Either makes the run exit 1, so data loss can never pass silently (the
 ``blocks_lost_or_corrupted`` metric adds the two up).
 
+Rounds run back to back, taking every CPU they can; ``--interval S`` starts one at most every S
+seconds instead, a steady load that leaves the host headroom (on the embedded cluster, nodes
+sharing 2 cores: a shuffle taking them all made a task storm's recovery after a head kill
+measure how fast the box restarts Ray's worker processes, 0.2 to over 18 s, not the cluster).
+
 ``--corrupt-one`` flips one element of one part *after* its checksum was taken (round 0, map 0,
 reducer 0); ``--lose-one`` makes one map task (round 0, map 0) crash its worker process, with no
 retry — what a node loss does to a task whose outputs lived there — so every output of that
@@ -126,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4, help="map tasks = reduce tasks")
     parser.add_argument("--block-mb", type=float, default=1.0, help="MB per map block")
     parser.add_argument("--rounds", type=int, default=0, help="rounds to run; 0 = until duration")
+    parser.add_argument("--interval", type=float, default=0.0,
+                        help="start a round at most every this many seconds (a steady load "
+                             "that leaves the host headroom); 0 = back to back")
     parser.add_argument("--task-cpus", type=float, default=0.25, help="num_cpus per task")
     parser.add_argument("--timeout", type=float, default=60.0, help="a slower get is a failure")
     parser.add_argument("--corrupt-one", action="store_true", help="test hook: corrupt one part")
@@ -139,7 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     stats = SecondStats(args.name, extra={"checksum_errors": 0, "lost_outputs": 0})
     start = time.monotonic()
     errors = failures = rounds = 0
+    next_at = start
     while time.monotonic() - start < args.duration and (args.rounds <= 0 or rounds < args.rounds):
+        while time.monotonic() < next_at:  # the pace: a stalled round is not made up
+            time.sleep(max(0.0, min(0.2, next_at - time.monotonic())))
+            stats.tick()
+        if time.monotonic() - start >= args.duration:
+            break
+        next_at = time.monotonic() + args.interval
         e, f = run_round(rounds, args, stats)
         errors, failures, rounds = errors + e, failures + f, rounds + 1
         stats.tick()

@@ -10,8 +10,10 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 
+import psutil
 import pytest
 import ray
 
@@ -85,6 +87,52 @@ def test_shuffle_reports_a_lost_output_as_lost(ray_address):
     assert sum(line["lost_outputs"] for line in lines) == 3  # the round of the crashed map
     assert sum(line["checksum_errors"] for line in lines) == 0, "lost, not corrupted"
     assert "3 lost outputs" in err
+
+
+def test_shuffle_interval_paces_its_rounds(ray_address):
+    """``--interval`` starts a round at most every S seconds (with a zero line for each second
+    it waits), so a shuffle can be a steady load and not take every CPU."""
+    code, lines, err = _run_job("shuffle.py", ray_address, "--rounds", "2", "--partitions", "2",
+                                "--block-mb", "0.1", "--interval", "3", "--duration", "60")
+    assert code == 0, err
+    done = [line["ts"] for line in lines for _ in range(int(line.get("rounds") or 0))]
+    assert len(done) == 2, lines
+    assert done[1] - done[0] >= 2, f"the second round waited for its start: {lines}"
+    assert any(line["count"] == 0 for line in lines), "the seconds it waited have their lines"
+
+
+def _storm_workers(stop: threading.Event, seen: set[int]) -> None:
+    """PIDs of the processes running the storm's task (Ray titles a worker ``ray::noop``
+    while it runs one), every 20 ms: an observer outside the storm."""
+    while not stop.is_set():
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            cmd = proc.info.get("cmdline") or []
+            if cmd and cmd[0].startswith("ray::noop"):
+                seen.add(proc.info["pid"])
+        stop.wait(0.02)
+
+
+def test_task_storm_cancels_a_timed_out_task_without_killing_its_worker(ray_address):
+    """A task past ``--timeout`` is cancelled and counted failed, its worker left alive:
+    3-second tasks, one a second, each cancelled after 1.5 s (after it started: a worker takes
+    about a second to start here) run on a few worker processes taking turns; a forced cancel
+    killed each one's worker, a new process for nearly every task."""
+    seen: set[int] = set()
+    stop = threading.Event()
+    watcher = threading.Thread(target=_storm_workers, args=(stop, seen), daemon=True)
+    watcher.start()
+    try:
+        code, lines, err = _run_job("task_storm.py", ray_address, "--duration", "12", "--rate",
+                                    "1", "--in-flight", "1", "--task-ms", "3000", "--timeout",
+                                    "1.5", "--max-retries", "0")
+    finally:
+        stop.set()
+        watcher.join()
+    assert code == 0, err
+    failed = sum(line["failures"] for line in lines)
+    assert failed >= 4, f"the timed-out tasks are counted failed: {lines}"
+    assert 1 <= len(seen) <= failed // 2, (f"{failed} cancelled tasks ran on {len(seen)} "
+                                           "worker processes: a cancel killed workers")
 
 
 def test_task_storm_keeps_its_pace(ray_address):
