@@ -158,3 +158,23 @@ def test_health_check_knobs_are_the_heads_environment(tmp_path):
     assert not any("health" in k for w in workers for k in w.env)
     default, *_ = plan_nodes(LocalClusterSpec(name="hc"), tmp_path, PodNetwork("hc"), "netns")
     assert not any("health" in k for k in default.env)  # Ray's own defaults
+
+
+def test_worker_nodes_keep_idle_workers_as_a_production_node_would(tmp_path):
+    """Every worker node gets ``RAY_num_workers_soft_limit`` (8 unless set; None: Ray's one
+    per CPU), the head none; and the Ray binary reads that variable (a renamed knob would be
+    ignored without a word)."""
+    import ray
+
+    from raychaos.config.settings import LocalClusterSpec
+    from raychaos.targets.local.network.pods import PodNetwork
+    from raychaos.targets.local.plan import plan_nodes
+
+    head, *workers = plan_nodes(LocalClusterSpec(name="sl"), tmp_path, PodNetwork("sl"), "netns")
+    assert "RAY_num_workers_soft_limit" not in head.env
+    assert workers and all(w.env["RAY_num_workers_soft_limit"] == "8" for w in workers)
+    _, *ray_default = plan_nodes(LocalClusterSpec(name="sl", num_workers_soft_limit=None),
+                                 tmp_path, PodNetwork("sl"), "netns")
+    assert not any("RAY_num_workers_soft_limit" in w.env for w in ray_default)
+    raylet = Path(ray.__file__).parent / "core" / "src" / "ray" / "raylet" / "raylet"
+    assert b"RAY_num_workers_soft_limit" in raylet.read_bytes()

@@ -60,6 +60,12 @@ class LocalClusterSpec:
     redis_address: str | None = None
     head_restart_delay_s: float = field(default=2.0, metadata={"min": 0, "max": 600})
     worker_reconnect_timeout_s: float = field(default=600.0, metadata={"min": 1})
+    # idle Ray workers a worker node keeps (RAY_num_workers_soft_limit); None: Ray's default,
+    # one per CPU. The embedded nodes have 1-2 CPUs where a production node has 16-64: at one
+    # per CPU, two loads sharing a node made Ray end each other's idle workers every second
+    # and start new ones, seconds of CPU each on a small box — a task storm then took 0.2 to
+    # over 18 s to come back after a head kill on a healthy cluster, 0-0.2 s with 8
+    num_workers_soft_limit: int | None = field(default=8, metadata={"min": 0, "max": 1024})
     network: Literal["auto", "netns", "host"] = "auto"
     subnet_prefix: str = field(default="198.18", metadata=NONEMPTY)
     state_dir: str | None = None

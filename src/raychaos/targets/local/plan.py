@@ -58,6 +58,8 @@ def plan_nodes(spec: LocalClusterSpec, state_dir: Path, net: PodNetwork,
         if not head:
             env["RAY_gcs_rpc_server_reconnect_timeout_s"] = str(
                 int(spec.worker_reconnect_timeout_s))
+            if spec.num_workers_soft_limit is not None:  # see LocalClusterSpec
+                env["RAY_num_workers_soft_limit"] = str(spec.num_workers_soft_limit)
         # spill counters and the GCS's own CPU/memory every 2 s, not Ray's default 10 s: the
         # timeline needs them at the resolution of a spill burst
         env["RAY_metrics_report_interval_ms"] = "2000"
