@@ -58,7 +58,9 @@ def assert_healthy_run(code: int, summary: dict, out: str) -> None:
     they landed and were undone."""
     brief = json.dumps({k: summary.get(k) for k in ("verdict", "checks", "errors", "faults")},
                        indent=1, default=str)[:6000]
-    assert_healthy(code, summary, f"{brief}\n--- output ---\n{out[-3000:]}")
+    pods = "\n".join(summary.get("_pods") or [])[-3000:]
+    assert_healthy(code, summary, f"{brief}\n--- pods (timeline) ---\n{pods}\n--- output ---\n"
+                                  f"{out[-3000:]}")
     assert summary["target"]["kind"] == "kubernetes"
     assert summary["faults"], "a fault was applied"
     assert_faults_landed_and_undone(summary)
@@ -105,7 +107,32 @@ def run_experiment(kubeconfig: str | Path, namespace: str, exp: Path, results: P
     runs = [d for d in results.iterdir() if (d / "summary.json").exists()] \
         if results.exists() else []
     assert len(runs) == 1, f"exit {proc.returncode}, no single summary:\n{out[-4000:]}"
-    return proc.returncode, json.loads((runs[0] / "summary.json").read_text()), out
+    summary = json.loads((runs[0] / "summary.json").read_text())
+    summary["_pods"] = pod_lifecycle(runs[0] / "timeline.jsonl")
+    return proc.returncode, summary, out
+
+
+def pod_lifecycle(timeline: Path) -> list[str]:
+    """The run's faults and what its pods did (started, exited with their code, Ready, pulled),
+    one line each at run time: what a failed head kill's message needs to say why (the results
+    folder is gone with the test's tmp_path; seen: a head restarted in place whose GCS came back
+    80 s after the kill, in a whole make test only, and nothing left to tell why)."""
+    if not timeline.exists():
+        return []
+    lines: list[tuple[float, str]] = []
+    for raw in timeline.read_text().splitlines():
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        ev = str(rec.get("event") or "")
+        if rec.get("kind") != "event" or not (ev.startswith(("node_", "fault_", "image_"))
+                                               or ev == "head_killed"):
+            continue
+        detail = {k: v for k, v in (rec.get("detail") or {}).items()
+                  if k in ("exit_code", "restarts", "pid", "incarnation", "seconds", "id")}
+        lines.append((float(rec.get("t") or 0), f"{ev} {rec.get('name', '')} {detail}"))
+    return [f"{t:7.1f} {text}" for t, text in sorted(lines, key=lambda x: x[0])]
 
 
 def bed_run(b: testbed.Bed, exp: Path, results: Path, *which: str) -> tuple[int, dict, str]:
