@@ -31,6 +31,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from raychaos.observe.windows import windows  # noqa: E402
+from raychaos.results.store import read_timeline  # noqa: E402
 from raychaos.targets.local.cpu import in_cpu_group  # noqa: E402
 
 
@@ -83,13 +85,12 @@ def _summaries(results: Path) -> list[dict[str, Any]]:
 
 
 def _baseline_sut(run_dir: Path) -> float | None:
-    recs = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
-    base = [r["t"] for r in recs if r.get("event") == "baseline_start"]
-    chaos = [r["t"] for r in recs if r.get("event") == "fault_start"]
-    if not base or not chaos:
+    recs = read_timeline(run_dir / "timeline.jsonl")
+    base = windows(recs).get("baseline")
+    if base is None:
         return None
-    vals = [r["sut_cpus"] for r in recs if r.get("kind") == "host" and base[0] <= r["t"] <= chaos[0]
-            and r.get("sut_cpus") is not None]
+    vals = [r["sut_cpus"] for r in recs if r.get("kind") == "host"
+            and base[0] <= r["t"] <= base[1] and r.get("sut_cpus") is not None]
     return statistics.fmean(vals) if vals else None
 
 

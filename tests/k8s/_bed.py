@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from raychaos.results.store import read_timeline
 from raychaos.testbed import bed as testbed
 from raychaos.testbed.demo import DEMO
 from raychaos.testbed.node.agent import world_name
@@ -117,14 +118,8 @@ def pod_lifecycle(timeline: Path) -> list[str]:
     one line each at run time: what a failed head kill's message needs to say why (the results
     folder is gone with the test's tmp_path; seen: a head restarted in place whose GCS came back
     80 s after the kill, in a whole make test only, and nothing left to tell why)."""
-    if not timeline.exists():
-        return []
     lines: list[tuple[float, str]] = []
-    for raw in timeline.read_text().splitlines():
-        try:
-            rec = json.loads(raw)
-        except ValueError:
-            continue
+    for rec in read_timeline(timeline):
         ev = str(rec.get("event") or "")
         if rec.get("kind") != "event" or not (ev.startswith(("node_", "fault_", "image_"))
                                                or ev == "head_killed"):
