@@ -57,14 +57,32 @@ def variant(src: str, dest: Path, mode: str | None = None, edit=None) -> Path:  
 def assert_healthy_run(code: int, summary: dict, out: str) -> None:
     """A healthy run on Kubernetes (:func:`assert_healthy`) whose faults each left evidence that
     they landed and were undone."""
-    brief = json.dumps({k: summary.get(k) for k in ("verdict", "checks", "errors", "faults")},
-                       indent=1, default=str)[:6000]
-    pods = "\n".join(summary.get("_pods") or [])[-3000:]
-    assert_healthy(code, summary, f"{brief}\n--- pods (timeline) ---\n{pods}\n--- output ---\n"
-                                  f"{out[-3000:]}")
+    assert_healthy(code, summary, failure_context(summary, out))
     assert summary["target"]["kind"] == "kubernetes"
     assert summary["faults"], "a fault was applied"
     assert_faults_landed_and_undone(summary)
+
+
+def failure_context(summary: dict, out: str) -> str:
+    """What a failed run's assertion shows: its verdict, checks, errors and faults, what its pods
+    did (:func:`pod_lifecycle`, when the run was read by :func:`run_experiment`) and the end of
+    its output."""
+    brief = json.dumps({k: summary.get(k) for k in ("verdict", "checks", "errors", "faults")},
+                       indent=1, default=str)[:6000]
+    pods = "\n".join(summary.get("_pods") or [])[-3000:]
+    return f"{brief}\n--- pods (timeline) ---\n{pods}\n--- output ---\n{out[-3000:]}"
+
+
+def wait_for(pred: Any, timeout: float, what: str, every: float = 2.0) -> Any:
+    """``pred()``'s first truthy answer, asked every ``every`` s; AssertionError naming
+    ``what`` after ``timeout`` s."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        got = pred()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def assert_faults_landed_and_undone(summary: dict) -> None:

@@ -8,9 +8,7 @@ new head pod, the RayJob Failed with its submitter) is not what KubeRay v1.5.0 d
 
 from __future__ import annotations
 
-import json
 import os
-import time
 import urllib.request
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import pytest
 from raychaos.config.settings import KubernetesSpec
 from raychaos.targets.kubernetes.target import KubernetesTarget
 from tests.integration._experiments import assert_healthy
-from tests.k8s._bed import run_experiment
+from tests.k8s._bed import failure_context, run_experiment, wait_for
 from tests.k8s.world import World
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="real pods need root (netns)")]
@@ -34,21 +32,6 @@ def raychaos_run(w: World, experiment: str, flag: str, results: Path) -> tuple[i
                           results, flag, str(w.workload_name), env=env)
 
 
-def brief(summary: dict) -> str:
-    return json.dumps({k: summary.get(k) for k in ("verdict", "checks", "errors", "faults")},
-                      indent=1, default=str)[:5000]
-
-
-def wait(pred, timeout: float, what: str):  # noqa: ANN001
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        got = pred()
-        if got:
-            return got
-        time.sleep(1.0)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def test_rayservice_serves_through_its_serve_service_and_rides_out_a_head_kill(tmp_path):
     w = World(name="t-rs", cluster="chat", workload="rayservice",
               state_root="/tmp/raychaos-world-tests").start()
@@ -60,7 +43,7 @@ def test_rayservice_serves_through_its_serve_service_and_rides_out_a_head_kill(t
                                             kubeconfig=w.kubeconfig), run_id="rs")
         t.connect()
         try:
-            owner = wait(lambda: (o := t.owner()).get("ready") and o, 240, "Ready")
+            owner = wait_for(lambda: (o := t.owner()).get("ready") and o, 240, "Ready", every=1.0)
             assert owner["num_serve_endpoints"] >= 1
             assert owner["applications"] == {"raychaos": "RUNNING"}
             url = t.serve_url()
@@ -70,13 +53,13 @@ def test_rayservice_serves_through_its_serve_service_and_rides_out_a_head_kill(t
             # Locust users through <name>-serve-svc; the user's application is left alone
             code, summary, out = raychaos_run(w, "rayservice-head-kill.yaml", "--rayservice",
                                               tmp_path / "results")
-            assert_healthy(code, summary, f"{brief(summary)}\n--- output ---\n{out[-3000:]}")
+            assert_healthy(code, summary, failure_context(summary, out))
             assert [f["state"] for f in summary["faults"]] == ["undone", "undone"]
             # after a new head pod Serve deploys the application again (DEPLOYING, then
             # RUNNING): it is still there, the user's, not removed by the harness
             assert "raychaos" in t.owner()["applications"], "the harness removed the user's app"
-            wait(lambda: t.owner().get("applications") == {"raychaos": "RUNNING"}, 240,
-                 "the application RUNNING again")
+            wait_for(lambda: t.owner().get("applications") == {"raychaos": "RUNNING"}, 240,
+                     "the application RUNNING again", every=1.0)
         finally:
             t.close()
     finally:

@@ -160,7 +160,7 @@ def test_the_beds_own_processes_run_in_a_cpu_group_as_heavy_as_all_its_nodes(cac
 
     from raychaos.targets.local.cpu import in_cpu_group, shares_for, weight_for
 
-    cpu = processes.control_plane_cpu("t", sum(float(n["cpu"]) for n in bed.DEFAULT_NODES))
+    cpu = processes.control_plane_cpu("t", bed.NODE_CPUS)
     if cpu is None:
         pytest.skip("no CPU groups on this machine (not root, or no CPU controller)")
     groups, group = cpu
@@ -169,7 +169,7 @@ def test_the_beds_own_processes_run_in_a_cpu_group_as_heavy_as_all_its_nodes(cac
     pid = processes.start(root, "etcd", [sys.executable, "-c",
                                     "import time\nwhile True: sum(range(10**5))"], cpu=cpu)
     try:
-        nodes = shares_for(sum(float(n["cpu"]) for n in bed.DEFAULT_NODES))
+        nodes = shares_for(bed.NODE_CPUS)
         if groups.version == 1:
             assert int((groups.path(group) / "cpu.shares").read_text()) == nodes
         else:

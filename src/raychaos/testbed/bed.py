@@ -58,6 +58,8 @@ DEFAULT_NODES: tuple[dict[str, Any], ...] = (
        "labels": {"raychaos.io/node-pool": "gpu", "nvidia.com/gpu.present": "true"}}
       for x in ("a", "b")),
 )
+#: their capacity together: what the control plane's CPU group weighs (processes.py)
+NODE_CPUS = sum(float(n["cpu"]) for n in DEFAULT_NODES)
 READY_S = 120.0
 
 
@@ -213,7 +215,7 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
     server = f"https://127.0.0.1:{ports['apiserver']}"
     pids: dict[str, int] = {}
     try:
-        cpu = control_plane_cpu(name, sum(float(n["cpu"]) for n in DEFAULT_NODES))
+        cpu = control_plane_cpu(name, NODE_CPUS)
         etcd_url = f"http://127.0.0.1:{ports['etcd']}"
         peer = f"http://127.0.0.1:{ports['etcd-peer']}"
         pids["etcd"] = start(root, "etcd", [
