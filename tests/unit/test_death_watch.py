@@ -11,8 +11,11 @@ from typing import Any
 import pytest
 
 from raychaos.config.rayflags import MARKED_DEAD_LINE
+from raychaos.config.settings import RaychaosSettings
+from raychaos.context import Run, activate, deactivate
 from raychaos.observe.signals import DeathWatch
-from raychaos.results.store import Clock, Timeline
+from raychaos.probes.nodes import false_node_deaths
+from raychaos.results.store import Clock, Ev, Ledger, Timeline
 from raychaos.targets.base import NodeInfo
 
 pytestmark = pytest.mark.unit
@@ -67,3 +70,55 @@ def test_without_a_readable_log_a_gone_raylet_stays_unknown_not_false(tmp_path):
     target.alive = {"id-worker-1": False}
     [d] = watch.report([node("worker-1", "DEAD")], seen_at=1.0)
     assert d["raylet_alive"] is False and d["told_marked_dead"] is None
+
+
+def _probe_with(tmp_path: Any, target: Any, record: Any) -> dict[str, Any]:
+    tmp_path.mkdir()
+    clock = Clock()
+    line = Timeline(tmp_path / "timeline.jsonl", clock)
+    run = Run(run_id="r1", run_dir=tmp_path, settings=RaychaosSettings(), target=target,
+              clock=clock, timeline=line, ledger=Ledger(tmp_path / "ledger.json", "r1", {}))
+    activate(run)
+    try:
+        record(line)
+        false_node_deaths(settle_s=0)
+        return run.probes[-1]
+    finally:
+        deactivate()
+        line.close()
+
+
+def test_the_probe_asks_again_for_a_gone_raylet_the_watch_could_not_yet_read(tmp_path):
+    """Seen on the bed: the watch read the worker's count while its container restarted (the
+    old container's log not yet readable) and wrote told_marked_dead False; the probe, later,
+    read 2 lines since the watch began — a false death the verdict had passed."""
+    target = Stub()
+    target.lines = {"worker-1": 2, "head": 0}
+    watch = DeathWatch(target, None)  # type: ignore[arg-type]
+
+    def record(line: Timeline) -> None:
+        watch.timeline = line
+        watch._read_baseline(["worker-1"])  # count 2 before the run's fault: earlier deaths
+        target.lines["worker-1"] = 4
+        line.write("event", t=5.0, event=Ev.NODE_DEAD, name="worker-1",
+                   detail={"node_id": "id-worker-1", "raylet_alive": False,
+                           "told_marked_dead": False})
+
+    probe = _probe_with(tmp_path / "a", target, record)
+    assert probe["verdict"] == "fail", probe
+    [d] = probe["evidence"]["false"]
+    assert d["told_marked_dead"] is True and "4 such lines now, 2 when" in d["told_seen"]
+
+    # the negative control: a raylet that died without the line (killed) stays a real death
+    target.lines = {"worker-1": 2, "head": 0}
+
+    def killed(line: Timeline) -> None:
+        watch.timeline = line
+        watch._read_baseline(["worker-1"])
+        line.write("event", t=5.0, event=Ev.NODE_DEAD, name="worker-1",
+                   detail={"node_id": "id-worker-1", "raylet_alive": False,
+                           "told_marked_dead": False})
+
+    probe = _probe_with(tmp_path / "b", target, killed)
+    assert probe["verdict"] == "pass", probe
+    assert probe["evidence"]["raylet_not_alive"][0]["node"] == "worker-1"

@@ -31,15 +31,11 @@ def false_node_deaths(settle_s: Annotated[float, Range(0, 600)] = 2.0) -> dict[s
     """
     run = current()
     run.wait(settle_s)
+    records = read_timeline(run.timeline.path)
     deaths = [{"t": round(float(r["t"]), 3), "node": r.get("name"),
                **{k: (r.get("detail") or {}).get(k) for k in ("node_id", "raylet_alive",
                                                                "told_marked_dead")}}
-              for r in read_timeline(run.timeline.path)
-              if r.get("kind") == "event" and r.get("event") == Ev.NODE_DEAD]
-    # false: the raylet ran when the death was seen — or had already exited, having logged
-    # (since the run began) that the GCS marked it dead: it was alive when the GCS declared it
-    false = [d for d in deaths if d["raylet_alive"] is True or d.get("told_marked_dead")]
-    unknown = [d for d in deaths if d["raylet_alive"] is None]
+              for r in records if r.get("kind") == "event" and r.get("event") == Ev.NODE_DEAD]
     nodes = sorted({str(d["node"]) for d in deaths} | {"head"})
     knew: dict[str, Any]
     try:
@@ -47,6 +43,23 @@ def false_node_deaths(settle_s: Annotated[float, Range(0, 600)] = 2.0) -> dict[s
                 for n, c in run.target.ray_log_counts(nodes, [MARKED_DEAD_LINE]).items()}
     except Exception as exc:  # noqa: BLE001 - corroboration only
         knew = {"error": str(exc)[:200]}
+    # the watch asked right after the death; a raylet that exited then may not have shown
+    # its line yet (a restarting container's log, a status not caught up): asked again now,
+    # a count above the watch's first read says it was alive when the GCS declared it dead
+    before = next((r.get("detail", {}).get("counts") or {} for r in records
+                   if r.get("kind") == "event" and r.get("event") == Ev.MARKED_DEAD_BASELINE),
+                  {})
+    for d in deaths:
+        node = str(d["node"])
+        if (d["raylet_alive"] is False and not d.get("told_marked_dead") and node in before
+                and isinstance(knew.get(node), int) and knew[node] > before[node]):
+            d["told_marked_dead"] = True
+            d["told_seen"] = (f"by this probe: {knew[node]} such lines now, "
+                              f"{before[node]} when the watch began")
+    # false: the raylet ran when the death was seen — or had already exited, having logged
+    # (since the run began) that the GCS marked it dead: it was alive when the GCS declared it
+    false = [d for d in deaths if d["raylet_alive"] is True or d.get("told_marked_dead")]
+    unknown = [d for d in deaths if d["raylet_alive"] is None]
     evidence: dict[str, Any] = {
         "false_deaths": len(false), "deaths": len(deaths), "false": false,
         "raylet_not_alive": [d for d in deaths if d["raylet_alive"] is False

@@ -80,6 +80,9 @@ class Ev:
     - ``node_dead``: the GCS began to list a node DEAD (``name``: the node; ``detail``:
       ``node_id``, ``raylet_alive`` — True when its raylet process was still running, i.e. a
       false death; None when the target cannot tell);
+    - ``marked_dead_baseline``: the death watch's first read of each worker's count of Ray's
+      "mistakenly marked as dead" line (``detail``: ``counts`` per node), what the
+      ``false_node_deaths`` probe compares its own later read with;
     - ``recovery_window``: the recovery window ended (``name``: ``back at baseline`` or
       ``bound``; ``detail``: waited_s, bound_s, per-load seconds back).
     """
@@ -103,6 +106,7 @@ class Ev:
     BLACKOUT_DOWN = "blackout_down"
     BLACKOUT_UP = "blackout_up"
     NODE_DEAD = "node_dead"
+    MARKED_DEAD_BASELINE = "marked_dead_baseline"
     NOT_RECOVERED = "not_recovered"
     LOADS_STOPPED = "loads_stopped"
     LOADS_ENDED = "loads_ended"
