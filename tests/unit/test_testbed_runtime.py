@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -24,6 +23,7 @@ LISTENER = r"""
 import socket, sys
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("10.251.0.2", 7071)); s.listen(4); s.settimeout(30)
+print("listening", flush=True)
 conns = [s.accept()[0] for _ in range(3)]
 print("accepted", flush=True)
 for c in conns:
@@ -66,13 +66,14 @@ def test_a_killed_container_closes_its_connections_before_its_network_goes(tmp_p
             _ip("-n", ns, "link", "set", "lo", "up")
         listener = subprocess.Popen(["ip", "netns", "exec", peer, sys.executable, "-c", LISTENER],
                                     stdout=subprocess.PIPE, text=True)
-        time.sleep(0.5)
+        assert listener.stdout is not None
+        # the holders connect once: they start after the listener listens, however slow
+        assert listener.stdout.readline().strip() == "listening"
         holder = f"{sys.executable} -c \"{HOLDER}\""
         c = Container("c1", pod, "rt", ["sh", "-c", " & ".join(
             [f"setsid {holder}"] * 3) + " & wait"], base_env("rt", marker), tmp_path / "tmp",
             tmp_path / "c1.log")
         c.start()
-        assert listener.stdout is not None
         assert listener.stdout.readline().strip() == "accepted", (tmp_path / "c1.log").read_text()
         c.kill()
         # what PodWorker does next (Net.remove_pod): the pod's link goes at once, from the
