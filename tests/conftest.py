@@ -62,8 +62,9 @@ def loopback_http():
 #:   local registry-throttle run failed twice — 5.5 % and 11.5 % of the storm's tasks failed,
 #:   p95 3.5 s and 7.2 s against 560 ms — where it passes alone.)
 #: - ``light``: the unit tier and the k8s modules whose worlds simulate their kubelets (no Ray,
-#:   no pods), at nice 19 (:func:`pytest_runtest_setup`): they use the CPU the real clusters
-#:   leave idle (about 40 % of a serial run's) instead of taking it from them.
+#:   no pods), at nice 19 and in a CPU group of weight 15 (``tests/_lanes.py``, which says why
+#:   nice alone did not do it): they use the CPU the real clusters leave idle (about 40 % of a
+#:   serial run's) instead of taking it from them.
 #:
 #: A k8s module not named in ``SIMULATED_K8S`` runs in the real-clusters lane, and so does all of
 #: ``tests/k8s/bed`` (the test bed of real parts).
@@ -109,6 +110,9 @@ def pytest_runtest_setup(item):
     if _worker(item.config) and lane(item.nodeid) == "light" \
             and os.getpriority(os.PRIO_PROCESS, 0) < LIGHT_NICE:
         os.setpriority(os.PRIO_PROCESS, 0, LIGHT_NICE)
+        from tests._lanes import join
+
+        join("lane")
 
 
 def pytest_collection_modifyitems(config, items):

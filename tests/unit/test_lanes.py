@@ -1,33 +1,33 @@
-"""The two lanes ``make test`` runs (tests/conftest.py): which test runs where."""
+"""``tests/_lanes.py``: the light work of ``make test`` runs in a CPU group of low weight, which
+is gone afterwards, and the command's exit status comes through."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+import subprocess
+import sys
 
-from tests.conftest import SIMULATED_K8S, lane
+import pytest
 
-K8S = Path(__file__).resolve().parents[1] / "k8s"
+from raychaos.targets.local.cpu import cpu_groups
 
+pytestmark = pytest.mark.skipif(cpu_groups() is None, reason="needs a CPU controller (root)")
 
-def test_every_simulated_module_named_exists():
-    assert sorted(SIMULATED_K8S - {p.name for p in K8S.glob("test_*.py")}) == []
-
-
-def test_real_clusters_run_in_one_lane_and_the_rest_in_the_light_one():
-    assert lane("tests/integration/test_catalog.py::test_catalog_experiment[gpu-node-drain]") \
-        == "real-clusters"
-    assert lane("tests/k8s/test_world_ray.py::test_x") == "real-clusters"
-    # the test bed (the real control plane), whatever its modules are called
-    assert lane("tests/k8s/bed/test_catalog.py::test_x[y]") == "real-clusters"
-    assert lane("tests/k8s/bed/test_drain.py::test_x") == "real-clusters"
-    assert lane("tests/k8s/test_world_api.py::test_selectors") == "light"
-    assert lane("tests/unit/test_verdict.py::test_x") == "light"
-    # a module nobody classified runs with the real clusters: slower, never starved at nice 19
-    assert lane("tests/k8s/test_new_thing.py::test_y") == "real-clusters"
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_the_real_world_modules_are_not_in_the_light_lane():
-    real = {p.name for p in K8S.glob("test_*.py")
-            if "raychaos-world-tests" in p.read_text() or "real pods need root" in p.read_text()}
-    assert real, "the k8s tier has modules with real pods"
-    assert real & SIMULATED_K8S == set()
+def test_a_command_runs_in_a_weight_2_group_that_is_removed_after():
+    groups = cpu_groups()
+    assert groups is not None
+    show = ("import os, sys; g = [l.split(':', 2)[2] for l in open('/proc/self/cgroup')"
+            " if 'cpu' in l.split(':')[1].split(',')][0].strip();"
+            " print(g); print(open(f'{sys.argv[1]}{g}/' + sys.argv[2]).read().strip());"
+            " sys.exit(3)")
+    weight = "cpu.shares" if groups.version == 1 else "cpu.weight"
+    ran = subprocess.run([sys.executable, "-m", "tests._lanes", "--shares", "2", sys.executable,
+                          "-c", show, str(groups.root), weight],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 3, ran.stderr
+    group, value = ran.stdout.split()
+    assert group.startswith("/rc-light-cmd-") and value in ("2", "1"), ran.stdout
+    assert not groups.path(group.lstrip("/")).exists()

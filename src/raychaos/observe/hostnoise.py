@@ -15,9 +15,13 @@ because nothing measured the host. :class:`HostNoise` writes one ``host`` record
 - ``sut_cpus``: from the target's ``sut_cpu_seconds`` (None: unknown);
 - ``nice_cpus``: work at a lower priority than the harness (nice above its own; ``/proc/stat``'s
   nice column): the scheduler gives it only what the system leaves idle (CFS weight 15 at nice
-  19 against 1024), so it is reported and not counted as noise — a CI lane of unit tests at
-  nice 19 beside the real cluster does not slow it. A harness that itself runs niced counts it
-  (its pods run niced too, and their time is in that column);
+  19 against 1024), so it is reported and not counted as noise. A harness that itself runs
+  niced counts it (its pods run niced too, and their time is in that column). A known limit:
+  nice orders processes only inside one CPU group, and with ``sched_autogroup_enabled`` on a
+  niced job in a session of its own sits in its autogroup, which competes at full weight with
+  the SUT's groups (measured: a nice-19 loop beside two loops in a 1024 group took 99 % of a
+  core). Such a job is counted here as yielding when it does not; work meant to yield must run
+  in a low-weight CPU group as well (the test suite's light lane does: ``tests/_lanes.py``);
 - ``foreign_cpus`` = max(0, busy − nice − own − sut), the noise that matters; with the SUT
   unknown it is without the − sut and ``sut_known`` is False.
 
