@@ -53,7 +53,7 @@ class DeathWatch:
 
     def _read_baseline(self, names: list[str]) -> None:
         self.logged = self._marked_dead(names)
-        self.timeline.event(Ev.MARKED_DEAD_BASELINE, counts=self.logged)
+        self.timeline.write("signals", marked_dead_baseline=self.logged)
 
     def observe(self, nodes: list[NodeInfo]) -> list[NodeInfo]:
         """Note the states; each node newly DEAD is reported from a thread of its own (the

@@ -9,7 +9,10 @@
   object store and spill figures), ``jobs`` ({job id: status}), ``load`` (one stats line of a
   load, see ``loads/_stats.py``: ``load``, ``count``, ``failures``, ``p50_ms`` …), ``signals``
   (once a second: ``links`` {node: {``in_mbit``, ``out_mbit``}} over the last interval and
-  ``health_check_failures``, the GCS's failed health checks so far) or ``event`` (``event``,
+  ``health_check_failures``, the GCS's failed health checks so far; once, from the death
+  watch, ``marked_dead_baseline`` {node: count}: each worker's lines of Ray's "mistakenly
+  marked as dead" when the watch began, what ``false_node_deaths`` compares its own read with)
+  or ``event`` (``event``,
   ``name``, ``detail``), where ``event`` is
   one of the :class:`Ev` names below — the harness's own — or what the operator did
   (``node_started``, ``node_exited``, ``node_ready``, ``node_stopped``, ``image_pulled``,
@@ -80,9 +83,6 @@ class Ev:
     - ``node_dead``: the GCS began to list a node DEAD (``name``: the node; ``detail``:
       ``node_id``, ``raylet_alive`` — True when its raylet process was still running, i.e. a
       false death; None when the target cannot tell);
-    - ``marked_dead_baseline``: the death watch's first read of each worker's count of Ray's
-      "mistakenly marked as dead" line (``detail``: ``counts`` per node), what the
-      ``false_node_deaths`` probe compares its own later read with;
     - ``recovery_window``: the recovery window ended (``name``: ``back at baseline`` or
       ``bound``; ``detail``: waited_s, bound_s, per-load seconds back).
     """
@@ -106,7 +106,6 @@ class Ev:
     BLACKOUT_DOWN = "blackout_down"
     BLACKOUT_UP = "blackout_up"
     NODE_DEAD = "node_dead"
-    MARKED_DEAD_BASELINE = "marked_dead_baseline"
     NOT_RECOVERED = "not_recovered"
     LOADS_STOPPED = "loads_stopped"
     LOADS_ENDED = "loads_ended"
