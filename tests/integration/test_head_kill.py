@@ -135,7 +135,11 @@ def _agrees_with_the_observer(run_dir, summary: dict, seen) -> None:  # noqa: AN
     # the monitor's resolution during the outage is reported, not assumed: its longest hole
     # (a sampler thread that waited on the interpreter or the timeline, seen 1.2 s with the
     # host-noise timer stalled 0.28 s) bounds how late it can have seen the GCS answer again
-    assert gap is not None and gap < 5, ("the monitor went blind in the outage", summary["monitor"])
+    # blind: a hole of 5 s or more that the host does not explain — a harness whose own timer
+    # the host-noise sensor saw stalled as long (seen in CI: 5.4 s, run queue 375, the harness
+    # given 0.016 CPUs) was not scheduled; its monitor was not blind by design
+    assert gap is not None and (gap < 5 or stall >= gap - 1), (
+        "the monitor went blind in the outage", summary["monitor"], stall)
     harness_first = kill["ts"] + gcs["gcs_first_answer_s"]
     polls = [json.loads(x) for x in seen.read_text().splitlines() if x.strip()]
     after = [p for p in polls if p["ts"] >= kill["ts"]]
