@@ -197,3 +197,29 @@ def test_a_container_runs_what_its_image_would(image, command, args, argv):
     from raychaos.testbed.node.runtime import argv_of
 
     assert argv_of(image, command, args) == argv
+
+
+def test_only_a_first_start_waits_its_turn_a_restart_goes_at_once(tmp_path):
+    """The bed's one-Ray-start-at-a-time gate holds a first start while another Ray pod is
+    starting (not Ready, under 90 s); a container restarting after it exited does not wait (a
+    head whose gcs_server was killed waited 77 s behind a never-Ready RayService worker)."""
+    import time
+    from types import SimpleNamespace
+
+    from raychaos.testbed.node.podworker import PodWorker
+
+    kubelet = SimpleNamespace(state_dir=tmp_path, serial_starts=True,
+                              start_lock=threading.Lock(), starting={"worker": time.monotonic()})
+    w = PodWorker(kubelet, "ray", "demo-head-abc", "head", "head-0")
+    pod = {"metadata": {"labels": {"ray.io/is-ray-node": "yes"}}}
+    w.state["ray-head"] = {"restarts": 1}
+    w._gate(pod, "ray-head")  # returns at once: a restart
+    assert "head" not in kubelet.starting
+    w.state["ray-head"] = {"restarts": 0}
+    gated = threading.Thread(target=w._gate, args=(pod, "ray-head"), daemon=True)
+    gated.start()
+    gated.join(1.5)
+    assert gated.is_alive(), "a first start went while another Ray pod was starting"
+    kubelet.starting.pop("worker")  # the worker is Ready
+    gated.join(10)
+    assert not gated.is_alive() and "head" in kubelet.starting

@@ -268,7 +268,7 @@ class PodWorker(threading.Thread):
             st["next"] = time.monotonic() + self.k.restart_backoff_s
             self._set_cstatus(spec, {"waiting": {"reason": "ImagePullBackOff"}})
             return
-        self._gate(pod)
+        self._gate(pod, name)
         c = self._make(pod, spec)
         c.start()
         self.containers[name] = c
@@ -277,11 +277,15 @@ class PodWorker(threading.Thread):
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(c.started_at))
         self._set_cstatus(spec, {"running": {"startedAt": started}}, phase="Running")
 
-    def _gate(self, pod: dict[str, Any]) -> None:
+    def _gate(self, pod: dict[str, Any], name: str) -> None:
         """One Ray container starting at a time on this 2-core box (parallel starts time out):
-        wait until the others that started are Ready, or 90 s passed."""
+        wait until the others that started are Ready, or 90 s passed. A first start only: a
+        container restarted after it exited goes at once, as a real kubelet restarts it (the
+        back-off aside). Gated, a head whose ``gcs_server`` was killed waited 77 s behind a
+        RayService worker that is never Ready (no Serve replica on it), and the head kill
+        measured the gate: GCS back after 81 s, Serve requests lost meanwhile."""
         if not self.k.serial_starts or (pod["metadata"].get("labels") or {}).get(
-                "ray.io/is-ray-node") != "yes":
+                "ray.io/is-ray-node") != "yes" or self.state.get(name, {}).get("restarts", 0):
             return
         while not self.abort:
             with self.k.start_lock:
