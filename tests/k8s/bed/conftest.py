@@ -1,8 +1,8 @@
 """The test bed of real parts, one for the package: every module here runs against it, in the
 order a cluster can bear — ``test_control_plane.py`` first, on the fresh demo RayCluster (its
 last tests replace it with a RayJob's cluster and a cluster without GCS fault tolerance), then
-``test_eager.py`` and ``test_resources.py``, each on a cluster of its own, then
-``test_rest_of_catalog.py`` on the demo made again."""
+``test_eager.py``, ``test_rayservice.py`` and ``test_resources.py``, each on a cluster of its
+own, then ``test_rest_of_catalog.py`` on the demo made again."""
 
 from __future__ import annotations
 

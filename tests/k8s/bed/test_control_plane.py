@@ -13,10 +13,8 @@ makes no new head for a provisioned RayJob cluster, a fail), and a RayCluster wi
 tolerance for the negative control, which must fail (exit 1) and name what was lost. Between
 runs: no object of a run left, no node cordoned, no qdisc in any pod or node.
 
-The resource-shape experiments run on the same bed (``test_resources.py``). The RayService head
-kill does not yet: on the bed it passed 4 runs of 6 (GCS back in 2.8-3.6 s); in 2 the head,
-restarted in place after its ``gcs_server`` was killed, had its GCS answer only 78-84 s later
-(bound 60 s), a cause not yet found. The world's ``test_workloads_ray.py`` still runs it.
+The resource-shape experiments and the RayService head kill run on the same bed
+(``test_resources.py``, ``test_rayservice.py``).
 """
 
 from __future__ import annotations
