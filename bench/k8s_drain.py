@@ -1,15 +1,17 @@
-"""Bench: a drain and a head kill on the KubeRay test world — API requests per drained pod,
+"""Bench: a drain and a head kill on Kubernetes — API requests per drained pod,
 drain-to-replacement-Ready seconds, and kill → dashboard (and Jobs API) answering again.
 
-Two worlds, side by side:
+Side by side:
 
-- ``sim``: 8 GPU nodes carrying 32 Ray GPU workers (simulated kubelets, no processes), 4 nodes
-  drained at once: the request cost of cordon + evictions + the watches that prove the pods are
-  gone and follow the replacements;
-- ``real`` (root, run under ``flock /tmp/raychaos-cluster.lock``): the default world, its pods
-  real Ray nodes — one GPU node drained (the replacement is a real ``ray start``), then the head
-  killed in each mode and the dashboard polled through raychaos's own port-forward until it
-  answers again.
+- ``sim``: the KubeRay test world with 12 GPU nodes carrying 32 Ray GPU workers (simulated
+  kubelets, no processes), 4 nodes drained at once: the request cost of cordon + evictions + the
+  watches that prove the pods are gone and follow the replacements (the world counts requests);
+- ``real`` (root, nothing else heavy running): the test bed — the real kube-apiserver,
+  controller-manager, scheduler and KubeRay operator, its pods real Ray nodes — one GPU node
+  drained (the real operator makes the replacement, a real ``ray start``), then the head killed
+  in each mode and the dashboard polled through raychaos's own port-forward until it answers
+  again. Requests are counted by the API server itself (the bed's audit log of the kubeconfig
+  user: this process's target and nothing else).
 
     PYTHONPATH=src:. python bench/k8s_drain.py [--sim-only] [--kills 2]
 """
@@ -21,9 +23,12 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 
 from raychaos.config.settings import KubernetesSpec
 from raychaos.targets.kubernetes.target import KubernetesTarget
+from raychaos.testbed import bed as testbed
+from tests.k8s._bed import wait_cluster
 from tests.k8s.world import NodeSpec, World
 from tests.k8s.world.world import default_raycluster
 
@@ -37,21 +42,23 @@ def _target(w: World, **kw: object) -> KubernetesTarget:
     return t
 
 
-def _drain(w: World, t: KubernetesTarget, count: int, selector: dict | None) -> dict:
-    before = len(w.server.requests)
+def _drain(t: KubernetesTarget, count: int, selector: dict | None,
+           requests: Callable[[], list[str]]) -> dict:
+    """``requests()``: the verbs of every API request so far, in order."""
+    before = len(requests())
     t0 = time.perf_counter()
     record: dict = {}
     ev = t.drain_nodes(count=count, selector=selector, deadline_s=120, reason="preemption",
                        replace=True, replace_delay_s=0, record=record)
     wall = time.perf_counter() - t0
-    requests = w.server.requests[before:]
+    sent = requests()[before:]
     t.undo(record)
     evicted = len(ev["evicted"])
     kinds: dict[str, int] = {}
-    for _m, _p, verb in requests:
+    for verb in sent:
         kinds[verb] = kinds.get(verb, 0) + 1
-    return {"nodes": len(ev["nodes"]), "evicted": evicted, "requests": len(requests),
-            "per_pod": len(requests) / max(1, evicted), "by_verb": kinds, "wall_s": wall,
+    return {"nodes": len(ev["nodes"]), "evicted": evicted, "requests": len(sent),
+            "per_pod": len(sent) / max(1, evicted), "by_verb": kinds, "wall_s": wall,
             "to_replacement_ready_s": ev.get("drain_to_replacement_ready_s"),
             "all_gone_s": ev.get("all_gone_s")}
 
@@ -71,7 +78,8 @@ def sim_drain(root: str) -> dict:
         w.cluster = "demo"
         w.wait_ready(60)
         t = _target(w, max_nodes_at_once=4)
-        out = _drain(w, t, 4, {"raychaos.io/node-pool": "gpu"})
+        out = _drain(t, 4, {"raychaos.io/node-pool": "gpu"},
+                     lambda: [verb for _m, _p, verb in w.server.requests])
         t.close()
         return out
     finally:
@@ -79,12 +87,16 @@ def sim_drain(root: str) -> dict:
 
 
 def real(root: str, kills: int) -> dict:
-    w = World(name="bench-real", state_root=root).start()
+    os.environ["RAYCHAOS_TESTBED_STATE"] = root
+    b = testbed.up("bench", "ray", nodes=True, cluster=True, say=lambda line: None)
     try:
-        w.wait_ready(600)
-        t = _target(w)
-        out: dict = {"drain": _drain(w, t, 1, None)}
-        w.wait_ready(300)
+        t = KubernetesTarget(KubernetesSpec(cluster="demo", namespace="ray",
+                                            kubeconfig=str(b.kubeconfig)), run_id="bench")
+        t.connect()
+        since = time.time()
+        out: dict = {"drain": _drain(t, 1, None,
+                                     lambda: [r["verb"] for r in b.requests(since)])}
+        wait_cluster(b, "demo", 300)
         t.gcs_alive(5.0)  # the forward is up
         for mode in ("gcs", "head", "pod"):
             rows = []
@@ -103,14 +115,14 @@ def real(root: str, kills: int) -> dict:
                 while t.job_status("raysubmit_none") == "UNKNOWN":  # Jobs API answers
                     time.sleep(0.1)
                 rows.append({"dashboard_s": gcs, "jobs_api_s": time.time() - t0})
-                w.wait_ready(300)
+                wait_cluster(b, "demo", 300)
             out[mode] = rows
         fwd = t.handle.forwards["dashboard"].stats
         out["forward"] = dict(fwd)
         t.close()
         return out
     finally:
-        w.stop()
+        testbed.down("bench")
 
 
 def _p50(values: list[float]) -> float:
@@ -135,7 +147,7 @@ def main() -> None:
         print(f"real drain: {d['evicted']} pod(s) evicted: {d['requests']} API requests = "
               f"{d['per_pod']:.1f} per drained pod ({d['by_verb']}); gone after "
               f"{d['all_gone_s']} s; drain → replacement Ready {d['to_replacement_ready_s']} s"
-              f" (a real ray start); wall {d['wall_s']:.1f} s")
+              f" (a real ray start, the real operator); wall {d['wall_s']:.1f} s")
         for mode in ("gcs", "head", "pod"):
             rows = r[mode]
             print(f"kill mode={mode}: → dashboard answering again p50 "

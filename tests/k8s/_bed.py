@@ -32,6 +32,8 @@ NS = "ray"
 RUN_ID_LABEL = "raychaos.io/run-id"
 #: seconds per step, printed when the bed goes down
 SECONDS: dict[str, float] = {}
+#: other figures of the package's runs (API requests counted by the API server's audit log)
+FIGURES: dict[str, float] = {}
 #: As the local catalog test (and the shipped head-kill files): five samples a second, the most
 #: the harness allows.
 MONITOR_INTERVAL_S = 0.2

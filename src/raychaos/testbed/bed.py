@@ -4,8 +4,11 @@
 their PIDs):
 
 - etcd (the etcd server module), its data under the bed's folder;
-- kube-apiserver, with a static admin token (group ``system:masters``) and RBAC, serving on a
-  self-signed certificate it makes itself (the kubeconfig trusts that certificate);
+- kube-apiserver, with static tokens (group ``system:masters``: ``admin`` for the bed's own
+  parts, ``raychaos-user`` in the kubeconfig ``up`` prints) and RBAC, serving on a self-signed
+  certificate it makes itself (the kubeconfig trusts that certificate). It writes an audit log
+  of the kubeconfig user's requests (``logs/audit.log``, one JSON event per stage, metadata
+  only): what a run asked of the API server, read back by :meth:`Bed.requests`;
 - kube-controller-manager (garbage collection, ReplicaSets, Jobs, endpoints, disruption, ...)
   and kube-scheduler;
 - the KubeRay operator, after KubeRay's own CRDs are created;
@@ -63,6 +66,47 @@ NODE_CPUS = sum(float(n["cpu"]) for n in DEFAULT_NODES)
 READY_S = 120.0
 
 
+AUDIT_LOG = "audit.log"
+#: who the kubeconfig ``up`` writes is, to the API server (the audit log follows this user only:
+#: the operator's and the controllers' own traffic would bury a run's)
+USER = "raychaos-user"
+AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+                "omitStages": ["RequestReceived"],
+                "rules": [{"level": "Metadata", "users": [USER]}, {"level": "None"}]}
+
+
+def _epoch(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def audit_requests(path: Path, since: float = 0.0) -> list[dict[str, Any]]:
+    """One record per request of an API server's JSON audit log (its stages folded: a watch
+    logs ResponseStarted, then ResponseComplete when it ends); a torn last line is skipped."""
+    by_id: dict[str, dict[str, Any]] = {}
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return []
+    for line in lines:
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        t = _epoch(ev.get("requestReceivedTimestamp") or ev.get("stageTimestamp"))
+        if t < since:
+            continue
+        rec = by_id.setdefault(ev.get("auditID", ""), {
+            "t": t, "verb": ev.get("verb"), "uri": ev.get("requestURI"), "code": None,
+            "agent": ev.get("userAgent", "")})
+        if ev.get("stage") == "ResponseComplete" or rec["code"] is None:
+            rec["code"] = (ev.get("responseStatus") or {}).get("code")
+        if ev.get("stage") == "ResponseStarted":  # a watch: open until it completes
+            rec["code"] = None
+    return sorted(by_id.values(), key=lambda r: r["t"])
+
+
 class BedError(RaychaosError):
     """The test bed could not start, or is not up."""
 
@@ -88,6 +132,14 @@ class Bed:
     pids: dict[str, int]
     ports: dict[str, int]
     cluster: str | None = None  # the RayCluster up created (with nodes)
+
+    def requests(self, since: float = 0.0) -> list[dict[str, Any]]:
+        """The kubeconfig user's requests the API server logged (its audit log), one per
+        request, in order: ``t`` (the request's arrival, epoch seconds), ``verb`` (get, list,
+        watch, create, update, patch, delete, ...), ``uri``, ``code`` (None for a watch
+        still open), ``agent`` (the client's user agent). Only those that arrived at or after
+        ``since`` (epoch seconds)."""
+        return audit_requests(self.root / "logs" / AUDIT_LOG, since)
 
     def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "root": str(self.root), "kubeconfig": str(self.kubeconfig),
@@ -141,16 +193,17 @@ def _wait(what: str, check: Callable[[], bool], pid: int, log: Path,
     raise BedError(f"{what} was not ready within {timeout:.0f} s (log {log})")
 
 
-def _kubeconfig(path: Path, server: str, ca: Path, token: str, namespace: str) -> None:
+def _kubeconfig(path: Path, server: str, ca: Path, token: str, namespace: str,
+                user: str = "admin") -> None:
     import base64
 
     doc = {"apiVersion": "v1", "kind": "Config", "current-context": "raychaos-testbed",
            "clusters": [{"name": "raychaos-testbed", "cluster": {
                "server": server,
                "certificate-authority-data": base64.b64encode(ca.read_bytes()).decode()}}],
-           "users": [{"name": "admin", "user": {"token": token}}],
+           "users": [{"name": user, "user": {"token": token}}],
            "contexts": [{"name": "raychaos-testbed", "context": {
-               "cluster": "raychaos-testbed", "user": "admin", "namespace": namespace}}]}
+               "cluster": "raychaos-testbed", "user": user, "namespace": namespace}}]}
     path.write_text(yaml.safe_dump(doc))
     path.chmod(0o600)
 
@@ -200,8 +253,10 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
         shutil.rmtree(root)  # a bed that never came up
     for sub in ("logs", "etcd", "certs"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    token = secrets.token_hex(16)
-    (root / "tokens.csv").write_text(f"{token},admin,admin,system:masters\n")
+    token, user_token = secrets.token_hex(16), secrets.token_hex(16)
+    (root / "tokens.csv").write_text(f"{token},admin,admin,system:masters\n"
+                                     f"{user_token},{USER},{USER},system:masters\n")
+    (root / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
     sa_key, sa_pub = root / "certs" / "sa.key", root / "certs" / "sa.pub"
     subprocess.run(["openssl", "genrsa", "-out", str(sa_key), "2048"], check=True,
                    capture_output=True)
@@ -238,15 +293,19 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
             "--enable-priority-and-fairness=false", "--profiling=false",
             "--kubelet-client-certificate", str(root / "certs" / "apiserver-kubelet-client.crt"),
             "--kubelet-client-key", str(root / "certs" / "apiserver-kubelet-client.key"),
-            "--kubelet-preferred-address-types", "InternalIP"], cpu=cpu)
+            "--kubelet-preferred-address-types", "InternalIP",
+            "--audit-policy-file", str(root / "audit-policy.yaml"),
+            "--audit-log-path", str(root / "logs" / AUDIT_LOG), "--audit-log-format", "json",
+            "--audit-log-mode", "blocking"], cpu=cpu)
         write_pids(root, pids)
         ca = root / "certs" / "apiserver.crt"
         _wait("kube-apiserver", lambda: ca.exists() and ApiClient(server, token, ca).ok("/readyz"),
               pids["kube-apiserver"], root / "logs" / "kube-apiserver.log")
         api = ApiClient(server, token, ca)
-        kubeconfig = root / "kubeconfig"
-        _kubeconfig(kubeconfig, server, ca, token, namespace)
-        common = ["--kubeconfig", str(kubeconfig), "--leader-elect=false",
+        kubeconfig, system = root / "kubeconfig", root / "kubeconfig-system"
+        _kubeconfig(kubeconfig, server, ca, user_token, namespace, USER)
+        _kubeconfig(system, server, ca, token, namespace)  # the bed's own parts
+        common = ["--kubeconfig", str(system), "--leader-elect=false",
                   "--bind-address", "127.0.0.1"]
         pids["kube-controller-manager"] = start(root, "kube-controller-manager", [
             str(bins["kube-controller-manager"]), *common,
@@ -273,8 +332,8 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
         if code not in (201, 409):
             raise BedError(f"creating namespace {namespace} answered {code}: {body}")
         if nodes:
-            _start_nodes(root, name, bins, server, token, ca, kubeconfig, ports, pids, api, cpu)
-        env = dict(os.environ, KUBECONFIG=str(kubeconfig))
+            _start_nodes(root, name, bins, server, token, ca, system, ports, pids, api, cpu)
+        env = dict(os.environ, KUBECONFIG=str(system))
         pids["kuberay-operator"] = start(root, "kuberay-operator", [
             str(bins["kuberay-operator"]),
             "--metrics-addr", f"127.0.0.1:{ports['kuberay-metrics']}",

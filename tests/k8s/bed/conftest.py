@@ -37,6 +37,8 @@ def bed(tmp_path_factory) -> Iterator[testbed.Bed]:  # noqa: ANN001 - pytest fix
         stopped = testbed.down(_bed.BED)  # raises, naming it, if anything is left
         _bed.SECONDS["down"] = time.monotonic() - t0
         print("\nthe test bed, seconds: "
-              + json.dumps({k: round(v, 1) for k, v in _bed.SECONDS.items()}))
+              + json.dumps({k: round(v, 1) for k, v in _bed.SECONDS.items()})
+              + "\nthe test bed, figures: "
+              + json.dumps({k: round(v, 1) for k, v in _bed.FIGURES.items()}))
         assert set(stopped) >= {"kube-apiserver", "kuberay-operator", "raychaos-kubelet"}
         assert not _bed.bed_netns(), _bed.bed_netns()

@@ -25,7 +25,9 @@ import time
 
 import pytest
 
+from raychaos.results.store import Ev, read_timeline
 from tests.k8s._bed import (
+    FIGURES,
     NS,
     REPO,
     api,
@@ -65,9 +67,29 @@ def test_the_head_kill_passes_with_the_real_apiserver_and_operator_running(bed, 
 
 
 def test_a_gpu_node_drain_evicts_once_and_the_operator_replaces_the_worker(bed, tmp_path):
+    """The drain's own account (one eviction, the node cordoned and given back) is checked
+    against the API server's audit log of the run's requests."""
+    since = time.time()
     summary = healthy_demo_run(bed, "gpu-node-drain", tmp_path)
     [drain] = [f["evidence"] for f in summary["faults"] if f["fault"] == "drain_gpu_nodes"]
     assert len(drain["evicted"]) == 1 and drain["eviction_attempts"] == 1, drain
+    sent = bed.requests(since)
+    evictions = [r for r in sent if r["verb"] == "create"
+                 and r["uri"].split("?")[0].endswith("/eviction")]
+    assert [r["code"] for r in evictions] == [201], evictions
+    [node] = drain["nodes"]
+    assert [r["verb"] for r in sent if r["uri"].split("?")[0] == f"/api/v1/nodes/{node}"
+            and r["verb"] in ("patch", "update")] == ["patch", "patch"], "cordon, uncordon"
+    # the figure: what the run asked while the drain landed (cordon to the worker's
+    # replacement Ready, the run's monitor included), per pod evicted
+    [timeline] = (tmp_path / "results").glob("*/timeline.jsonl")
+    marks = {r["event"]: r["ts"] for r in read_timeline(timeline) if r.get("kind") == "event"
+             and r.get("event") in (Ev.FAULT_START, Ev.FAULT_APPLIED)}
+    during = [r for r in sent if marks[Ev.FAULT_START] <= r["t"] <= marks[Ev.FAULT_APPLIED]]
+    FIGURES["drain: the run's API requests"] = len(sent)
+    FIGURES["drain: API requests per drained pod (fault start to applied)"] = len(during)
+    FIGURES["drain: seconds from fault start to applied"] = \
+        marks[Ev.FAULT_APPLIED] - marks[Ev.FAULT_START]
     # KubeRay's `bash -lc` is the pod's PID 1 and ignores SIGTERM: the pod takes its grace
     [gone] = drain["gone_s"].values()
     assert gone >= 25, drain["gone_s"]
