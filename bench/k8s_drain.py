@@ -3,15 +3,16 @@ drain-to-replacement-Ready seconds, and kill → dashboard (and Jobs API) answer
 
 Side by side:
 
-- ``sim``: the KubeRay test world with 12 GPU nodes carrying 32 Ray GPU workers (simulated
-  kubelets, no processes), 4 nodes drained at once: the request cost of cordon + evictions + the
-  watches that prove the pods are gone and follow the replacements (the world counts requests);
+- ``sim``: the test bed with simulated nodes (``up --sim-nodes``: the real API server,
+  scheduler, controllers and KubeRay operator; kubelets that run nothing), 12 GPU nodes
+  carrying 32 Ray GPU workers, 4 nodes drained at once: the request cost of cordon + evictions
+  + the watches that prove the pods are gone and follow the replacements;
 - ``real`` (root, nothing else heavy running): the test bed — the real kube-apiserver,
   controller-manager, scheduler and KubeRay operator, its pods real Ray nodes — one GPU node
   drained (the real operator makes the replacement, a real ``ray start``), then the head killed
   in each mode and the dashboard polled through raychaos's own port-forward until it answers
-  again. Requests are counted by the API server itself (the bed's audit log of the kubeconfig
-  user: this process's target and nothing else).
+  again. Requests are counted by the API server itself, in both (the bed's audit log of the
+  kubeconfig user: this process's target and nothing else).
 
     PYTHONPATH=src:. python bench/k8s_drain.py [--sim-only] [--kills 2]
 """
@@ -25,21 +26,15 @@ import tempfile
 import time
 from collections.abc import Callable
 
+import yaml
+
 from raychaos.config.settings import KubernetesSpec
 from raychaos.targets.kubernetes.target import KubernetesTarget
 from raychaos.testbed import bed as testbed
+from raychaos.testbed.demo import DEMO
 from tests.k8s._bed import wait_cluster
-from tests.k8s.world import NodeSpec, World
-from tests.k8s.world.world import default_raycluster
 
 __all__ = ["main"]
-
-
-def _target(w: World, **kw: object) -> KubernetesTarget:
-    t = KubernetesTarget(KubernetesSpec(cluster=w.cluster, namespace="ray",
-                                        kubeconfig=w.kubeconfig, **kw), run_id="bench")
-    t.connect()
-    return t
 
 
 def _drain(t: KubernetesTarget, count: int, selector: dict | None,
@@ -65,25 +60,32 @@ def _drain(t: KubernetesTarget, count: int, selector: dict | None,
 
 def sim_drain(root: str) -> dict:
     taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
-    nodes = [NodeSpec("head-0", labels={"raychaos.io/node-pool": "head"}, kubelet="sim"),
-             NodeSpec("cpu-0", labels={"raychaos.io/node-pool": "cpu"}, kubelet="sim")]
-    nodes += [NodeSpec(f"gpu-{i}", cpu="16", memory="64Gi", gpus=8, taints=taint,
-                       labels={"raychaos.io/node-pool": "gpu"}, kubelet="sim")
-              for i in range(12)]
-    rc = default_raycluster("demo", "ray")
-    rc["spec"]["workerGroupSpecs"][0].update(replicas=32, maxReplicas=32)
-    w = World(name="bench-sim", cluster=None, nodes=nodes, state_root=root).start()
+    nodes = [{"name": "head-0", "cpu": "8", "labels": {"raychaos.io/node-pool": "head"}},
+             {"name": "cpu-0", "cpu": "2", "labels": {"raychaos.io/node-pool": "cpu"}}]
+    nodes += [{"name": f"gpu-{i}", "cpu": "16", "memory": "64Gi", "gpus": 8, "taints": taint,
+               "labels": {"raychaos.io/node-pool": "gpu"}} for i in range(12)]
+    os.environ["RAYCHAOS_TESTBED_STATE"] = root
+    b = testbed.up("bench-sim", "ray", say=lambda line: None, cluster=False, sim_nodes=nodes)
     try:
-        w.api.create(w.api.resolve("ray.io", "v1", "rayclusters"), "ray", rc)
-        w.cluster = "demo"
-        w.wait_ready(60)
-        t = _target(w, max_nodes_at_once=4)
+        docs = [d for d in yaml.safe_load_all(DEMO.read_text()) if d]
+        [rc] = [d for d in docs if d["kind"] == "RayCluster"]
+        rc["spec"].pop("gcsFaultToleranceOptions", None)  # no Redis: nothing runs here
+        rc["spec"]["workerGroupSpecs"][0].update(replicas=32, maxReplicas=32)
+        client = testbed.ApiClient(b.server, b.token, b.root / "certs" / "apiserver.crt")
+        code, body = client.call("POST", "/apis/ray.io/v1/namespaces/ray/rayclusters", rc)
+        assert code == 201, body
+        wait_cluster(b, "demo", 300, pods=34)
+        t = KubernetesTarget(KubernetesSpec(cluster="demo", namespace="ray",
+                                            kubeconfig=str(b.kubeconfig), max_nodes_at_once=4),
+                             run_id="bench")
+        t.connect()
+        since = time.time()
         out = _drain(t, 4, {"raychaos.io/node-pool": "gpu"},
-                     lambda: [verb for _m, _p, verb in w.server.requests])
+                     lambda: [r["verb"] for r in b.requests(since)])
         t.close()
         return out
     finally:
-        w.stop()
+        testbed.down("bench-sim")
 
 
 def real(root: str, kills: int) -> dict:
@@ -139,7 +141,8 @@ def main() -> None:
         print(f"sim drain: {s['nodes']} nodes, {s['evicted']} Ray pods evicted: "
               f"{s['requests']} API requests = {s['per_pod']:.2f} per drained pod "
               f"({s['by_verb']}); gone after {s['all_gone_s']} s, replacements Ready after "
-              f"{s['to_replacement_ready_s']} s (simulated kubelets); wall {s['wall_s']:.2f} s")
+              f"{s['to_replacement_ready_s']} s (simulated kubelets, the real operator); "
+              f"wall {s['wall_s']:.2f} s")
         if args.sim_only or os.geteuid() != 0:
             return
         r = real(os.path.join(tmp, "real"), args.kills)

@@ -67,7 +67,8 @@ def loopback_http():
 #:   serial run's) instead of taking it from them.
 #:
 #: A k8s module not named in ``SIMULATED_K8S`` runs in the real-clusters lane, and so does all of
-#: ``tests/k8s/bed`` (the test bed of real parts).
+#: ``tests/k8s/bed`` (the test bed of real parts); ``tests/k8s/simbed`` (the bed's real control
+#: plane with simulated nodes: no Ray) runs in the light lane.
 SIMULATED_K8S = frozenset({
     "test_cli_dry_run.py", "test_connect.py", "test_dashboard_health.py", "test_drain.py",
     "test_e2e.py", "test_head.py", "test_lease_and_crash.py", "test_ray_faults.py",
@@ -81,7 +82,8 @@ def lane(nodeid: str) -> str:
     """The lane of a test (``tests/<tier>/<module>::...``); anything else is real-clusters."""
     parts = nodeid.split("::", 1)[0].split("/")
     tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
-    if tier == "unit" or (tier == "k8s" and len(parts) == 3 and parts[-1] in SIMULATED_K8S):
+    if tier == "unit" or (tier == "k8s" and len(parts) == 3 and parts[-1] in SIMULATED_K8S) \
+            or (tier == "k8s" and len(parts) == 4 and parts[2] == "simbed"):
         return "light"
     return "real-clusters"
 
@@ -116,7 +118,10 @@ def pytest_runtest_setup(item):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tiers are marked by folder: tests/unit, tests/integration, tests/k8s."""
+    """Tiers are marked by folder: tests/unit, tests/integration, tests/k8s. The simulated-node
+    bed (``tests/k8s/simbed``) goes last: it waits for the bed's build, which ``make test``
+    runs in the background while the rest of its lane runs."""
+    items.sort(key=lambda item: "/simbed/" in item.nodeid)
     for item in items:
         parts = item.path.parts
         for tier in ("unit", "integration", "k8s"):

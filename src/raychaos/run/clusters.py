@@ -44,8 +44,13 @@ def add_cluster_parsers(sub: Any) -> None:
                          "whose pods are real processes; root) and the RayCluster 'demo' "
                          "(GCS fault tolerance in Redis). Measured on it: head kill, GPU drain "
                          "and the GCS-FT-off control; the whole catalog is not yet")
+    tb.add_argument("--sim-nodes", action="store_true",
+                    help="up: the same four nodes, simulated instead (no root): their kubelet "
+                         "runs nothing, pods go Running and Ready at once, so the operator, "
+                         "scheduler, evictions and PDBs are real and nothing answers as Ray "
+                         "(exec, logs, port-forward fail); for API-level checks and dry runs")
     tb.add_argument("--no-cluster", action="store_true",
-                    help="up --nodes: create no RayCluster (apply your own)")
+                    help="up --nodes/--sim-nodes: create no RayCluster (apply your own)")
     tb.set_defaults(handler=testbed)
 
 
@@ -84,12 +89,20 @@ def testbed(args: argparse.Namespace) -> int:
         for name, path in build.build_all().items():
             print(f"{name}: {path}")
     elif args.action == "up":
-        b = bed.up(args.name, args.namespace, nodes=args.nodes, cluster=not args.no_cluster)
+        if args.nodes and args.sim_nodes:
+            print("error: --nodes and --sim-nodes: a bed has one kind of node; choose one",
+                  file=sys.stderr)
+            return 2
+        b = bed.up(args.name, args.namespace, nodes=args.nodes, cluster=not args.no_cluster,
+                   sim_nodes=[dict(n) for n in bed.DEFAULT_NODES] if args.sim_nodes else None)
         print(f"up: test bed {b.name!r}, API server {b.server}")
         for name, pid in b.pids.items():
             print(f"  {name:24s} pid {pid}")
         print(f"export KUBECONFIG={b.kubeconfig}\nnamespace: {b.namespace}")
-        if b.cluster:
+        if b.cluster and args.sim_nodes:
+            print(f"cluster: {b.cluster} (simulated nodes: ready to the operator, no Ray in "
+                  f"it; try --dry-run runs and raychaos review)")
+        elif b.cluster:
             print(f"cluster: {b.cluster}\nrun: raychaos run experiments/head-kill.yaml "
                   f"--target kubernetes --kubeconfig {b.kubeconfig} --namespace {b.namespace} "
                   f"--cluster {b.cluster}")

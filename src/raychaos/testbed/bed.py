@@ -234,11 +234,17 @@ def _kubelet_certs(certs: Path) -> None:
 
 
 def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None] = print,
-       nodes: bool = False, cluster: bool = True) -> Bed:
+       nodes: bool = False, cluster: bool = True,
+       sim_nodes: list[dict[str, Any]] | None = None) -> Bed:
     """Build what is missing, start the control plane, create KubeRay's CRDs and ``namespace``;
     with ``nodes``, the node agent and the kubelet, wait until every node is Ready, and (with
     ``cluster``) create :mod:`raychaos.testbed.demo`'s RayCluster and wait until the operator
-    calls it ready."""
+    calls it ready. ``sim_nodes`` (instead of ``nodes``; no root): these nodes (the shape of
+    :data:`DEFAULT_NODES`) with a kubelet that runs nothing (:mod:`raychaos.testbed.simnodes`);
+    with ``cluster`` the demo is ready to the operator there too, with no Ray in it."""
+    if nodes and sim_nodes:
+        raise BedError("a bed has real nodes (--nodes) or simulated ones (--sim-nodes), "
+                       "not both")
     if nodes and os.geteuid() != 0:
         raise BedError("the test bed's nodes are network namespaces and need root; run as "
                        "root, or leave out --nodes for the control plane alone")
@@ -270,7 +276,9 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
     server = f"https://127.0.0.1:{ports['apiserver']}"
     pids: dict[str, int] = {}
     try:
-        cpu = control_plane_cpu(name, NODE_CPUS)
+        # as heavy as the nodes when their pods are real processes it must keep up with; with
+        # none (simulated or no nodes) the parts stay in the caller's CPU group
+        cpu = control_plane_cpu(name, NODE_CPUS) if nodes else None
         etcd_url = f"http://127.0.0.1:{ports['etcd']}"
         peer = f"http://127.0.0.1:{ports['etcd-peer']}"
         pids["etcd"] = start(root, "etcd", [
@@ -333,6 +341,8 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
             raise BedError(f"creating namespace {namespace} answered {code}: {body}")
         if nodes:
             _start_nodes(root, name, bins, server, token, ca, system, ports, pids, api, cpu)
+        elif sim_nodes:
+            _start_sim_nodes(root, sim_nodes, server, token, ca, pids, api, cpu)
         env = dict(os.environ, KUBECONFIG=str(system))
         pids["kuberay-operator"] = start(root, "kuberay-operator", [
             str(bins["kuberay-operator"]),
@@ -348,7 +358,7 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
               lambda: _http_ok(f"http://127.0.0.1:{ports['kuberay-probe']}/readyz"),
               pids["kuberay-operator"], root / "logs" / "kuberay-operator.log")
         demo = None
-        if nodes and cluster:
+        if (nodes or sim_nodes) and cluster:
             from raychaos.testbed.demo import create_demo  # it waits with this module's _wait
 
             demo = create_demo(api, namespace, pids, root, say)
@@ -392,6 +402,20 @@ def _start_nodes(root: Path, name: str, bins: dict[str, Path], server: str, toke
     write_pids(root, pids)
     _wait("the kubelet's nodes", partial(_nodes_ready, api, [n["name"] for n in specs]),
           pids["raychaos-kubelet"], root / "logs" / "raychaos-kubelet.log")
+
+
+def _start_sim_nodes(root: Path, specs: list[dict[str, Any]], server: str, token: str, ca: Path,
+                     pids: dict[str, int], api: ApiClient,
+                     cpu: tuple[Any, str] | None = None) -> None:
+    """The simulated nodes' kubelet (:mod:`raychaos.testbed.simnodes`); wait for the nodes."""
+    cfg = root / "sim-nodes.json"
+    cfg.write_text(json.dumps({"server": server, "token": token, "ca": str(ca),
+                               "nodes": specs}, indent=1))
+    pids["sim-nodes"] = start(root, "sim-nodes", [
+        sys.executable, "-m", "raychaos.testbed.simnodes", str(cfg)], cpu=cpu)
+    write_pids(root, pids)
+    _wait("the simulated nodes", partial(_nodes_ready, api, [n["name"] for n in specs]),
+          pids["sim-nodes"], root / "logs" / "sim-nodes.log")
 
 
 def _nodes_ready(api: ApiClient, names: list[str]) -> bool:

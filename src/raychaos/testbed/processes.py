@@ -18,7 +18,7 @@ __all__ = ["ORDER", "control_plane_cpu", "control_plane_group", "start", "stop",
 
 #: the order the bed starts its processes in (``stop`` goes the other way)
 ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-         "node-agent", "raychaos-kubelet", "kuberay-operator")
+         "node-agent", "raychaos-kubelet", "sim-nodes", "kuberay-operator")
 
 
 def control_plane_group(name: str) -> str:
