@@ -71,7 +71,7 @@ def loopback_http():
 #: plane with simulated nodes: no Ray) runs in the light lane.
 SIMULATED_K8S = frozenset({
     "test_cli_dry_run.py", "test_connect.py", "test_dashboard_health.py", "test_drain.py",
-    "test_e2e.py", "test_head.py", "test_lease_and_crash.py", "test_ray_faults.py",
+    "test_e2e.py", "test_head.py", "test_ray_faults.py",
     "test_rbac.py", "test_review_live.py", "test_safety_network.py", "test_schedule_world.py",
     "test_workloads.py", "test_workloads_operator.py", "test_world_api.py",
     "test_world_golden.py"})

@@ -25,3 +25,39 @@ def simbed(tmp_path_factory) -> Iterator[testbed.Bed]:  # noqa: ANN001 - pytest 
     finally:
         stopped = testbed.down("sim")
         assert set(stopped) >= {"kube-apiserver", "kuberay-operator", "sim-nodes"}, stopped
+
+
+@pytest.fixture
+def make_target(simbed: testbed.Bed):  # noqa: ANN201
+    """Build (and connect) a target against the sim bed's demo; keywords go to KubernetesSpec."""
+    from raychaos.config.settings import KubernetesSpec
+    from raychaos.targets.kubernetes.target import KubernetesTarget
+
+    made: list[KubernetesTarget] = []
+
+    def make(connect: bool = True, **spec_kwargs: object) -> KubernetesTarget:
+        kw = {"cluster": "demo", "namespace": "ray", "kubeconfig": str(simbed.kubeconfig)}
+        target = KubernetesTarget(KubernetesSpec(**(kw | spec_kwargs)), run_id="run1")
+        if connect:
+            target.connect()
+        made.append(target)
+        return target
+
+    yield make
+    for t in made:
+        t.close()
+
+
+def admin(b: testbed.Bed) -> testbed.ApiClient:
+    """The bed's API server as its admin (not audited: the audit log follows the kubeconfig's
+    user, the harness's)."""
+    return testbed.ApiClient(b.server, b.token, b.root / "certs" / "apiserver.crt")
+
+
+def get(b: testbed.Bed, path: str) -> dict | None:
+    """GET ``path`` on the bed's API server as its admin: the object, or None (404)."""
+    code, body = admin(b).call("GET", path)
+    if code == 404:
+        return None
+    assert code == 200, (code, body)
+    return body

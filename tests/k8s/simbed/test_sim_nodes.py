@@ -14,14 +14,11 @@ from raychaos.config.settings import KubernetesSpec
 from raychaos.targets.kubernetes.target import KubernetesTarget
 from raychaos.testbed import bed as testbed
 from raychaos.testbed.simnodes import LEASE_S
+from tests.k8s.simbed.conftest import admin
 
 pytestmark = pytest.mark.k8s
 
 NS = "ray"
-
-
-def _api(b: testbed.Bed) -> testbed.ApiClient:
-    return testbed.ApiClient(b.server, b.token, b.root / "certs" / "apiserver.crt")
 
 
 def _ready(obj: dict) -> bool:
@@ -30,7 +27,7 @@ def _ready(obj: dict) -> bool:
 
 
 def test_the_nodes_are_ready_and_leased_and_the_operator_made_the_demo(simbed):
-    api = _api(simbed)
+    api = admin(simbed)
     _, nodes = api.call("GET", "/api/v1/nodes")
     assert sorted(n["metadata"]["name"] for n in nodes["items"] if _ready(n)) == [
         "cpu-0", "gpu-a", "gpu-b", "head-0"]
@@ -52,7 +49,7 @@ def test_the_nodes_are_ready_and_leased_and_the_operator_made_the_demo(simbed):
 
 
 def test_a_gpu_drain_evicts_once_and_the_real_operator_replaces_the_worker(simbed):
-    api = _api(simbed)
+    api = admin(simbed)
     target = KubernetesTarget(KubernetesSpec(cluster="demo", namespace=NS,
                                              kubeconfig=str(simbed.kubeconfig)), run_id="sim")
     target.connect()
