@@ -1,17 +1,18 @@
 """``raychaos run EXPERIMENT --target kubernetes --dry-run``: the catalog's own experiment files,
-aimed at a KubeRay cluster (the world, simulated kubelets), print the exact mutating calls and
-send none."""
+aimed at a KubeRay cluster (the real API server and operator, simulated nodes), print the exact
+mutating calls and send none — as the API server's audit log of the run's user says."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from raychaos.cli import main
-from tests.k8s.conftest import mutations
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
+MUTATING = ("create", "update", "patch", "delete", "deletecollection")
 
 
 @pytest.mark.parametrize("experiment,expected", [
@@ -20,25 +21,27 @@ REPO = Path(__file__).resolve().parents[2]
     ("rayservice-head-kill.yaml", "DELETE /api/v1/namespaces/ray/pods/demo-head"),
     ("rayjob-head-kill.yaml", "POST /api/v1/namespaces/ray/pods/demo-head"),
 ])
-def test_dry_run_prints_calls_and_sends_no_mutation(sim, tmp_path, capsys, monkeypatch,
+def test_dry_run_prints_calls_and_sends_no_mutation(simbed, tmp_path, capsys, monkeypatch,
                                                     experiment, expected):
     monkeypatch.chdir(REPO)
-    kubeconfig = sim.kubeconfig
-    since = len(sim.server.requests)
+    kubeconfig = str(simbed.kubeconfig)
+    since = time.time()
     code = main(["run", f"experiments/{experiment}", "--dry-run", "--target", "kubernetes",
                  "--kubeconfig", kubeconfig, "--namespace", "ray", "--cluster", "demo"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert expected in out, out
     assert "nothing that changes the cluster was sent" in out
-    assert mutations(sim, since) == [], "a dry run sent a mutating request"
+    sent = simbed.requests(since)
+    assert sent, "the audit log saw none of the run's requests"
+    assert [r for r in sent if r["verb"] in MUTATING] == [], "a dry run sent a mutating request"
 
 
-def test_dry_run_against_a_missing_raycluster_is_one_sentence(sim, tmp_path, capsys,
+def test_dry_run_against_a_missing_raycluster_is_one_sentence(simbed, tmp_path, capsys,
                                                               monkeypatch):
     monkeypatch.chdir(REPO)
     code = main(["run", "experiments/head-kill.yaml", "--dry-run", "--target", "kubernetes",
-                 "--kubeconfig", sim.kubeconfig, "--namespace", "ray",
+                 "--kubeconfig", str(simbed.kubeconfig), "--namespace", "ray",
                  "--cluster", "nope"])
     err = capsys.readouterr().err
     assert code == 2
