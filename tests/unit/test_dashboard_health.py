@@ -1,13 +1,17 @@
 """The dashboard's GCS health in three answers: healthy, refused (down), and no answer in time
 (late: a busy head behind the port-forward — the monitor does not count it as an outage unless
-it stays silent). Plain sockets on loopback, no world."""
+it stays silent). Plain sockets on loopback."""
 
 from __future__ import annotations
 
 import socket
 import threading
 
+import pytest
+
 from raychaos.targets.kubernetes.dashboard import Dashboard
+
+pytestmark = pytest.mark.unit
 
 
 def _server(reply: bytes | None):  # noqa: ANN202
