@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from raychaos.testbed import bed as testbed
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="package")
@@ -61,3 +64,8 @@ def get(b: testbed.Bed, path: str) -> dict | None:
         return None
     assert code == 200, (code, body)
     return body
+
+
+@pytest.fixture
+def target(make_target):  # noqa: ANN001, ANN201
+    return make_target()

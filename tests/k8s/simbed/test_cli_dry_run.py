@@ -5,13 +5,12 @@ mutating calls and send none — as the API server's audit log of the run's user
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
 from raychaos.cli import main
+from tests.k8s.simbed.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[3]
 MUTATING = ("create", "update", "patch", "delete", "deletecollection")
 
 
