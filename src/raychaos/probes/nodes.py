@@ -8,9 +8,10 @@ turn DEAD, whether that node's raylet process still runs (``node_dead`` events,
 :mod:`raychaos.observe.signals`); this probe counts the ones that did. A raylet already gone
 then is false too when it logged that line since the run began: the watch counts the lines at
 once, and this probe counts them again (a restarting container's log may not be readable at
-the moment of the death) against the watch's first read (the ``signals`` record ``marked_dead_baseline``). The SLO
-``false_node_deaths == 0`` makes a blackout or a saturated shuffle fail the run when the GCS's
-health-check settings (``target.local.health_check_*``) are too eager.
+the moment of the death) against the watch's first read (the ``signals`` record
+``marked_dead_baseline``). The SLO ``false_node_deaths == 0`` makes a blackout or a saturated
+shuffle fail the run when the GCS's health-check settings (``target.local.health_check_*``) are
+too eager.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def false_node_deaths(settle_s: Annotated[float, Range(0, 600)] = 2.0) -> dict[s
     # the watch asked right after the death; a raylet that exited then may not have shown
     # its line yet (a restarting container's log, a status not caught up): asked again now,
     # a count above the watch's first read says it was alive when the GCS declared it dead
-    before = next((r["marked_dead_baseline"] for r in records if r.get("kind") == "signals"
-                   and isinstance(r.get("marked_dead_baseline"), dict)), {})
+    before: dict[str, int] = next(
+        (r["marked_dead_baseline"] for r in records if r.get("kind") == "signals"
+         and isinstance(r.get("marked_dead_baseline"), dict)), {})
     for d in deaths:
         node = str(d["node"])
         if (d["raylet_alive"] is False and not d.get("told_marked_dead") and node in before
