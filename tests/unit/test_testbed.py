@@ -256,3 +256,24 @@ def test_a_second_build_waits_for_the_first_and_builds_nothing_twice(cache, monk
     waiter.join(timeout=10)
     assert not waiter.is_alive() and calls == [], calls
     assert said[-1].startswith("testbed: waited ")
+
+
+def test_a_check_that_times_out_is_not_yet_ready_and_the_wait_goes_on(tmp_path):
+    """Seen: ``up`` of a bed beside a busy CI lane died of a 10 s read timeout while waiting for
+    a CRD to be Established; an API server too busy to answer is "not yet"."""
+    import os
+
+    from raychaos.testbed.bed import _wait
+
+    answers = iter([TimeoutError("The read operation timed out"), OSError("refused"), False,
+                    True])
+
+    def check() -> bool:
+        got = next(answers)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    _wait("the CRD", check, os.getpid(), tmp_path / "log", timeout=30)
+    with pytest.raises(StopIteration):
+        next(answers)

@@ -181,10 +181,15 @@ class ApiClient:
 
 def _wait(what: str, check: Callable[[], bool], pid: int, log: Path,
           timeout: float = READY_S) -> None:
+    """Until ``check()``; a check whose request failed (a refused connection, an API server
+    too busy to answer in its timeout) is "not yet", not the end of ``up``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if check():
-            return
+        try:
+            if check():
+                return
+        except (OSError, ssl.SSLError):  # TimeoutError and URLError are OSErrors
+            pass
         if not pid_alive(pid):
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-12:]) \
                 if log.exists() else ""
