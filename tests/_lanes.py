@@ -9,11 +9,11 @@ two busy loops in a group of weight 1024, 5 % from a group of weight 15; in CI t
 took 0.77 CPUs in a RayService head kill's chaos window.
 
 ``python -m tests._lanes [--shares N] CMD...`` runs a command in such a group (weight N) and
-removes the group after (the Makefile's background build, at the lane's weight: the two split
-what the clusters leave; at weight 2 below the lane the cold build took 28 min, not 12, and
-the bed package waited for it); :func:`join` moves the calling process in and removes the
-group when it exits (an xdist worker of the light lane). Not root or no CPU controller:
-nothing is moved, nice is all there is.
+removes the group after (the Makefile's background build, at weight 64: most of what the
+clusters leave while the lane runs too, since both lanes end up waiting for it — at weight 2
+the cold build took 28 min, at 15 over 30); :func:`join` moves the calling process in and
+removes the group when it exits (an xdist worker of the light lane). Not root or no CPU
+controller: nothing is moved, nice is all there is.
 """
 
 from __future__ import annotations
