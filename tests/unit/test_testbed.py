@@ -277,3 +277,15 @@ def test_a_check_that_times_out_is_not_yet_ready_and_the_wait_goes_on(tmp_path):
     _wait("the CRD", check, os.getpid(), tmp_path / "log", timeout=30)
     with pytest.raises(StopIteration):
         next(answers)
+
+
+def test_up_with_nodes_from_a_python_under_tmp_is_one_sentence(cache, monkeypatch):
+    """Each pod gets a /tmp of its own: a virtualenv under the host's /tmp is not there (seen:
+    a clone in /tmp for a CI-like run, every Ray pod failing to exec its python)."""
+    import sys
+
+    from raychaos.testbed import bed
+
+    monkeypatch.setattr(sys, "prefix", "/tmp/ci-check/.venv")
+    with pytest.raises(bed.BedError, match=r"install raychaos outside /tmp"):
+        bed.up("under-tmp", nodes=True)

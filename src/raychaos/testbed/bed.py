@@ -250,6 +250,9 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
     if nodes and sim_nodes:
         raise BedError("a bed has real nodes (--nodes) or simulated ones (--sim-nodes), "
                        "not both")
+    if nodes and Path(sys.prefix).resolve().is_relative_to("/tmp"):
+        raise BedError(f"the test bed's pods run this Python ({sys.prefix}), but each pod gets a "
+                       "/tmp of its own where it is not: install raychaos outside /tmp")
     if nodes and os.geteuid() != 0:
         raise BedError("the test bed's nodes are network namespaces and need root; run as "
                        "root, or leave out --nodes for the control plane alone")
