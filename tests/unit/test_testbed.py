@@ -289,3 +289,11 @@ def test_up_with_nodes_from_a_python_under_tmp_is_one_sentence(cache, monkeypatc
     monkeypatch.setattr(sys, "prefix", "/tmp/ci-check/.venv")
     with pytest.raises(bed.BedError, match=r"install raychaos outside /tmp"):
         bed.up("under-tmp", nodes=True)
+
+
+def test_up_with_both_kinds_of_node_is_one_sentence_and_starts_nothing(cache, capsys):
+    from raychaos.cli import main
+
+    assert main(["testbed", "up", "--nodes", "--sim-nodes", "--name", "both"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "--sim-nodes" in err and len(err.splitlines()) == 1
