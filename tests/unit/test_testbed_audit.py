@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from raychaos.testbed.bed import AUDIT_POLICY, USER, audit_requests
+from raychaos.testbed.audit import AUDIT_POLICY, USER, audit_requests
 
 pytestmark = pytest.mark.unit
 

@@ -33,8 +33,6 @@ import ssl
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -46,9 +44,11 @@ import yaml
 from raychaos.errors import RaychaosError
 from raychaos.targets.lock import pid_alive
 from raychaos.testbed import build
+from raychaos.testbed.access import ApiClient, http_ok, kubelet_certs, write_kubeconfig
+from raychaos.testbed.audit import AUDIT_LOG, AUDIT_POLICY, USER, audit_requests
 from raychaos.testbed.processes import control_plane_cpu, start, stop, write_pids
 
-__all__ = ["Bed", "down", "state_dir", "state_root", "status", "up"]
+__all__ = ["ApiClient", "Bed", "BedError", "down", "state_dir", "state_root", "status", "up"]
 
 _GPU_TAINT = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
 #: the bed's nodes: a head node (the biggest machine, as a production head often is: each
@@ -64,47 +64,6 @@ DEFAULT_NODES: tuple[dict[str, Any], ...] = (
 #: their capacity together: what the control plane's CPU group weighs (processes.py)
 NODE_CPUS = sum(float(n["cpu"]) for n in DEFAULT_NODES)
 READY_S = 120.0
-
-
-AUDIT_LOG = "audit.log"
-#: who the kubeconfig ``up`` writes is, to the API server (the audit log follows this user only:
-#: the operator's and the controllers' own traffic would bury a run's)
-USER = "raychaos-user"
-AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy",
-                "omitStages": ["RequestReceived"],
-                "rules": [{"level": "Metadata", "users": [USER]}, {"level": "None"}]}
-
-
-def _epoch(stamp: str) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
-def audit_requests(path: Path, since: float = 0.0) -> list[dict[str, Any]]:
-    """One record per request of an API server's JSON audit log (its stages folded: a watch
-    logs ResponseStarted, then ResponseComplete when it ends); a torn last line is skipped."""
-    by_id: dict[str, dict[str, Any]] = {}
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        return []
-    for line in lines:
-        try:
-            ev = json.loads(line)
-        except ValueError:
-            continue
-        t = _epoch(ev.get("requestReceivedTimestamp") or ev.get("stageTimestamp"))
-        if t < since:
-            continue
-        rec = by_id.setdefault(ev.get("auditID", ""), {
-            "t": t, "verb": ev.get("verb"), "uri": ev.get("requestURI"), "code": None,
-            "agent": ev.get("userAgent", "")})
-        if ev.get("stage") == "ResponseComplete" or rec["code"] is None:
-            rec["code"] = (ev.get("responseStatus") or {}).get("code")
-        if ev.get("stage") == "ResponseStarted":  # a watch: open until it completes
-            rec["code"] = None
-    return sorted(by_id.values(), key=lambda r: r["t"])
 
 
 class BedError(RaychaosError):
@@ -153,32 +112,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class ApiClient:
-    """Just enough of the API over HTTPS for the bed itself (the harness has its own client)."""
-
-    def __init__(self, server: str, token: str, ca: Path) -> None:
-        self.server, self.token = server, token
-        self.ctx = ssl.create_default_context(cafile=str(ca))
-
-    def call(self, method: str, path: str, body: Any = None, timeout: float = 10.0,
-             content_type: str = "application/json") -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.server + path, data=data, method=method, headers={
-            "Authorization": f"Bearer {self.token}", "Content-Type": content_type})
-        try:
-            with urllib.request.urlopen(req, context=self.ctx, timeout=timeout) as resp:
-                raw = resp.read()
-                return resp.status, json.loads(raw) if raw[:1] in (b"{", b"[") else raw.decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode(errors="replace")
-
-    def ok(self, path: str) -> bool:
-        try:
-            return self.call("GET", path, timeout=3)[0] == 200
-        except (OSError, ssl.SSLError):
-            return False
-
-
 def _wait(what: str, check: Callable[[], bool], pid: int, log: Path,
           timeout: float = READY_S) -> None:
     """Until ``check()``; a check whose request failed (a refused connection, an API server
@@ -196,46 +129,6 @@ def _wait(what: str, check: Callable[[], bool], pid: int, log: Path,
             raise BedError(f"{what} exited while starting (log {log}):\n{tail}")
         time.sleep(0.3)
     raise BedError(f"{what} was not ready within {timeout:.0f} s (log {log})")
-
-
-def _kubeconfig(path: Path, server: str, ca: Path, token: str, namespace: str,
-                user: str = "admin") -> None:
-    import base64
-
-    doc = {"apiVersion": "v1", "kind": "Config", "current-context": "raychaos-testbed",
-           "clusters": [{"name": "raychaos-testbed", "cluster": {
-               "server": server,
-               "certificate-authority-data": base64.b64encode(ca.read_bytes()).decode()}}],
-           "users": [{"name": user, "user": {"token": token}}],
-           "contexts": [{"name": "raychaos-testbed", "context": {
-               "cluster": "raychaos-testbed", "user": user, "namespace": namespace}}]}
-    path.write_text(yaml.safe_dump(doc))
-    path.chmod(0o600)
-
-
-def _openssl(*args: str) -> None:
-    proc = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
-    if proc.returncode:
-        raise BedError(f"openssl {args[0]} failed: {proc.stderr.strip()[-300:]}")
-
-
-def _kubelet_certs(certs: Path) -> None:
-    """A CA of the bed's; the API server's client certificate for kubelets, and the kubelets'
-    serving certificate (127.0.0.1), both signed by it: the kubelet verifies its caller."""
-    ca_key, ca = certs / "kubelet-ca.key", certs / "kubelet-ca.crt"
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out",
-             str(ca), "-days", "30", "-subj", "/CN=raychaos-testbed-kubelet-ca")
-    for who, subj, ext in (("apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver",
-                            "extendedKeyUsage=clientAuth"),
-                           ("kubelet", "/CN=raychaos-kubelet",
-                            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth")):
-        key, csr, crt = certs / f"{who}.key", certs / f"{who}.csr", certs / f"{who}.crt"
-        extfile = certs / f"{who}.ext"
-        extfile.write_text(ext + "\n")
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
-                 "-subj", subj)
-        _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
-                 "-CAcreateserial", "-out", str(crt), "-days", "30", "-extfile", str(extfile))
 
 
 def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None] = print,
@@ -280,7 +173,7 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
                                        "scheduler", "kuberay-metrics", "kuberay-probe")}
     for node in DEFAULT_NODES if nodes else ():
         ports[f"kubelet-{node['name']}"] = _free_port()
-    _kubelet_certs(root / "certs")
+    kubelet_certs(root / "certs")
     server = f"https://127.0.0.1:{ports['apiserver']}"
     pids: dict[str, int] = {}
     try:
@@ -295,7 +188,7 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"bed={peer}", "--log-level", "warn"], cpu=cpu)
         write_pids(root, pids)
-        _wait("etcd", lambda: _http_ok(f"{etcd_url}/health"), pids["etcd"],
+        _wait("etcd", lambda: http_ok(f"{etcd_url}/health"), pids["etcd"],
               root / "logs" / "etcd.log")
         pids["kube-apiserver"] = start(root, "kube-apiserver", [
             str(bins["kube-apiserver"]), "--etcd-servers", etcd_url,
@@ -319,8 +212,8 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
               pids["kube-apiserver"], root / "logs" / "kube-apiserver.log")
         api = ApiClient(server, token, ca)
         kubeconfig, system = root / "kubeconfig", root / "kubeconfig-system"
-        _kubeconfig(kubeconfig, server, ca, user_token, namespace, USER)
-        _kubeconfig(system, server, ca, token, namespace)  # the bed's own parts
+        write_kubeconfig(kubeconfig, server, ca, user_token, namespace, USER)
+        write_kubeconfig(system, server, ca, token, namespace)  # the bed's own parts
         common = ["--kubeconfig", str(system), "--leader-elect=false",
                   "--bind-address", "127.0.0.1"]
         pids["kube-controller-manager"] = start(root, "kube-controller-manager", [
@@ -363,7 +256,7 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
             "--use-kubernetes-proxy"], env=env, cpu=cpu)
         write_pids(root, pids)
         _wait("kuberay-operator",
-              lambda: _http_ok(f"http://127.0.0.1:{ports['kuberay-probe']}/readyz"),
+              lambda: http_ok(f"http://127.0.0.1:{ports['kuberay-probe']}/readyz"),
               pids["kuberay-operator"], root / "logs" / "kuberay-operator.log")
         demo = None
         if (nodes or sim_nodes) and cluster:
@@ -442,14 +335,6 @@ def _cleanup_nodes(name: str) -> list[str]:
         return []
     from raychaos.testbed.node.agent import cleanup_host, world_name
     return cleanup_host(world_name(name))
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
 
 
 def _established(api: ApiClient, name: str) -> bool:

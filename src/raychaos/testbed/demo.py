@@ -12,7 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from raychaos.testbed.bed import ApiClient, BedError, _wait
+from raychaos.testbed.access import ApiClient
+from raychaos.testbed.bed import BedError, _wait
 
 __all__ = ["DEMO", "create_demo"]
 

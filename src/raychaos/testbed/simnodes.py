@@ -184,7 +184,7 @@ class SimNodes:
 def main(argv: list[str] | None = None) -> int:
     """``python -m raychaos.testbed.simnodes CONFIG.json`` (what ``up`` writes: server, token,
     ca, nodes)."""
-    from raychaos.testbed.bed import ApiClient
+    from raychaos.testbed.access import ApiClient
 
     args = sys.argv[1:] if argv is None else argv
     cfg = json.loads(Path(args[0]).read_text())

@@ -187,7 +187,7 @@ def _status(pod: dict[str, Any]) -> dict[str, Any]:
 
 class Agent:
     def __init__(self, cfg: dict[str, Any]):
-        from raychaos.testbed.bed import ApiClient
+        from raychaos.testbed.access import ApiClient
 
         self.cfg = cfg
         self.name = world_name(cfg["bed"])
