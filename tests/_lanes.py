@@ -24,19 +24,16 @@ import subprocess
 import sys
 
 from raychaos.targets.local.cpu import CpuGroups, cpu_groups
+from raychaos.targets.lock import pid_alive
 
 LIGHT_SHARES = 15
 PREFIX = "rc-light-"  # not ``raychaos-``: that prefix is the system under test's
 
 
 def _owner_gone(name: str) -> bool:
-    try:
-        os.kill(int(name.rsplit("-", 1)[1]), 0)
-    except (ValueError, ProcessLookupError):
-        return True
-    except PermissionError:
-        return False
-    return False
+    """The group's owner (the PID its name ends in) no longer runs (a zombie counts as gone)."""
+    pid = name.rsplit("-", 1)[-1]
+    return not pid.isdigit() or not pid_alive(int(pid))
 
 
 def _enter(groups: CpuGroups, name: str, shares: int) -> bool:
