@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from raychaos.testbed import bed as testbed
+from tests.k8s._bed import api as admin  # the bed's admin (not audited: not the run's user)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -49,12 +50,6 @@ def make_target(simbed: testbed.Bed):  # noqa: ANN201
     yield make
     for t in made:
         t.close()
-
-
-def admin(b: testbed.Bed) -> testbed.ApiClient:
-    """The bed's API server as its admin (not audited: the audit log follows the kubeconfig's
-    user, the harness's)."""
-    return testbed.ApiClient(b.server, b.token, b.root / "certs" / "apiserver.crt")
 
 
 def get(b: testbed.Bed, path: str) -> dict | None:
