@@ -62,14 +62,16 @@ def tour(w, make_target, monkeypatch) -> None:  # noqa: ANN001
     t.metrics_texts(0.5)  # the pods' metrics through the pod proxy
     from raychaos.errors import TargetBusy
     from raychaos.targets.kubernetes.lease import LeaseLock
-    # 5 s, not 1: renewed every 1/3 of it, a 1 s Lease expired between two renewals on a
-    # loaded machine and was (rightly) taken over
-    dead = LeaseLock(t._api(), "ray", "demo", duration_s=5)
+    # a whole minute: a 5 s Lease was already expired when a loaded machine's world answered
+    # the POST (the Lease is stamped before it is sent) and was, rightly, not busy
+    dead = LeaseLock(t._api(), "ray", "demo", duration_s=60)
     dead.acquire("dead")
     with pytest.raises(TargetBusy):  # read back to name the holder
         t.run_lock().acquire("run1")
-    dead._stop.set()
-    time.sleep(5.2)
+    dead._stop.set()  # the dead run stops renewing; its Lease is made a minute old, not waited
+    lease = w.store.get("leases", "ray", dead.name)
+    lease["spec"]["renewTime"] = "2000-01-01T00:00:00.000000Z"
+    w.api.update(w.api.resolve("coordination.k8s.io", "v1", "leases"), "ray", dead.name, lease)
     lock = t.run_lock()
     lock.acquire("run1")  # the dead run's Lease, taken over (patched)
     lock.release()

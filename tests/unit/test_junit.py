@@ -38,7 +38,7 @@ def test_counts_failures_errors_and_skips(tmp_path: Path) -> None:
     assert by_name["gcs-recovery"].find("error") is not None
     skipped = by_name["jobs-survive"].find("skipped")
     assert skipped is not None and skipped.get("message") == (
-        "not applicable: jobs-survive: job_survival_ratio over recovery measured not measured, "
+        "not applicable: jobs-survive: job_survival_ratio over recovery not measured, "
         "required >= 1.0 (no jobs submitted)")
     assert list(by_name["gcs-recovers-fast"]) == []  # passed: no child element
 
@@ -75,4 +75,4 @@ def test_awkward_text_is_escaped_and_xml_stays_valid(tmp_path: Path) -> None:
 
 def test_slo_message_for_unmeasured_value() -> None:
     assert slo_message(slo("g", None, verdict="fail")) == (
-        "g: gcs_recovery_s over chaos measured not measured, required <= 10.0")
+        "g: gcs_recovery_s over chaos not measured, required <= 10.0")

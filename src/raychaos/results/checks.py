@@ -96,16 +96,16 @@ def slo_message(slo: dict[str, Any]) -> str:
     if slo.get("load"):
         where += f" (load {slo.get('load')})"
     value = slo.get("value")
-    shown = "not measured" if value is None else f"{value:g}" if isinstance(
-        value, (int, float)) else str(value)
+    shown = "not measured" if value is None else "measured " + (
+        f"{value:g}" if isinstance(value, (int, float)) else str(value))
     raw = slo.get("evidence")
     evidence: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    text = (f"{slo.get('name')}: {slo.get('metric')} {where} measured {shown}, "
+    text = (f"{slo.get('name')}: {slo.get('metric')} {where} {shown}, "
             f"required {slo.get('op')} {slo.get('threshold')}")
     if slo.get("relative_to") and value is not None and "baseline_value" in evidence:
         # the value is a factor: say of what, and how sure ("42.2" alone read as 42 ms)
         ci = evidence.get("ci") or [value, value]
-        text = (f"{slo.get('name')}: {slo.get('metric')} {where} measured {shown} x its "
+        text = (f"{slo.get('name')}: {slo.get('metric')} {where} {shown} x its "
                 f"{slo.get('relative_to')} ({evidence.get('window_value'):.4g} against "
                 f"{evidence.get('baseline_value'):.4g}; 95 % interval {ci[0]:.3g}..{ci[1]:.3g}, "
                 f"{evidence.get('samples')} vs {evidence.get('baseline_samples')} samples), "
