@@ -4,7 +4,7 @@
 registers each node (capacity, labels, taints, Ready), renews its Lease in ``kube-node-lease``
 as a kubelet does (the node lifecycle controller marks a node that stops unreachable), and for
 every pod the scheduler binds to one of them writes the status a kubelet writes — Running and
-Ready ``ready_after_s`` after it first saw the pod, an IP from 198.19.240.0/20 — and, once the
+Ready ``ready_after_s`` after it first saw the pod, an IP from 127.19.240.0/20 — and, once the
 pod is being deleted, removes it after ``min(grace, stop_after_s)`` (the kubelet's final delete,
 with the pod's UID as a precondition).
 
@@ -14,6 +14,13 @@ processes, without root and in seconds (a drain of 4 GPU nodes carrying 32 Ray w
 process runs, so nothing Ray answers: exec, logs and port-forward to these pods fail, and a
 RayCluster on them is ``ready`` to KubeRay but has no GCS. The real nodes (``--nodes``) are the
 ones whose pods run Ray.
+
+Loopback pod IPs: nothing listens at a simulated pod, and no packet may leave the machine for
+one — an address off the host (the benchmarking range first used here) went out of the default
+route when the harness scraped a pod's metrics through the API server's pod proxy. The API
+server refuses to proxy to a loopback address (400, after authorizing the request: RBAC and the
+audit log see it) and the endpoint controllers refuse loopback endpoints, so Services of
+simulated pods have none — nothing there would answer.
 
 Polling, not watching: one list of the pods every ``TICK_S`` — simple, and plenty for a bed.
 """
@@ -168,7 +175,7 @@ class SimNodes:
     def _ip(self, uid: str) -> str:
         if uid not in self.ips:
             self._next_ip = self._next_ip % 3500 + 1
-            self.ips[uid] = f"198.19.{240 + self._next_ip // 250}.{self._next_ip % 250 + 2}"
+            self.ips[uid] = f"127.19.{240 + self._next_ip // 250}.{self._next_ip % 250 + 2}"
         return self.ips[uid]
 
     def run(self) -> None:
