@@ -92,13 +92,34 @@ class Bed:
     ports: dict[str, int]
     cluster: str | None = None  # the RayCluster up created (with nodes)
 
-    def requests(self, since: float = 0.0) -> list[dict[str, Any]]:
-        """The kubeconfig user's requests the API server logged (its audit log), one per
-        request, in order: ``t`` (the request's arrival, epoch seconds), ``verb`` (get, list,
-        watch, create, update, patch, delete, ...), ``uri``, ``code`` (None for a watch
-        still open), ``agent`` (the client's user agent). Only those that arrived at or after
-        ``since`` (epoch seconds)."""
-        return audit_requests(self.root / "logs" / AUDIT_LOG, since)
+    def requests(self, since: float = 0.0, user: str = USER) -> list[dict[str, Any]]:
+        """``user``'s requests the API server logged (its audit log; the kubeconfig's user, or
+        ``system:serviceaccount:<ns>:<name>``), one per request, in order: ``t`` (the
+        request's arrival, epoch seconds), ``verb`` (get, list, watch, create, update, patch,
+        delete, ...; the verb RBAC authorized), ``uri``, ``code`` (None for a watch still
+        open), ``agent`` (the client's user agent), ``group``, ``resource`` (``pods/exec`` for
+        a subresource), ``namespace``, ``name``, ``decision`` (RBAC's: ``allow`` or
+        ``forbid``). Only those that arrived at or after ``since`` (epoch seconds)."""
+        return [r for r in audit_requests(self.root / "logs" / AUDIT_LOG, since)
+                if r["user"] == user]
+
+    def serviceaccount_kubeconfig(self, namespace: str, name: str, path: Path,
+                                  hours: int = 12) -> Path:
+        """Write a kubeconfig at ``path`` that authenticates as ServiceAccount
+        ``namespace/name`` (a token from the TokenRequest API, valid ``hours``): a run under it
+        has exactly the rights its Roles grant (``deploy/rbac.yaml``), as in a real cluster."""
+        api = ApiClient(self.server, self.token, self.root / "certs" / "apiserver.crt")
+        code, body = api.call("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/"
+                              "token", {"apiVersion": "authentication.k8s.io/v1",
+                                        "kind": "TokenRequest",
+                                        "spec": {"expirationSeconds": hours * 3600}})
+        if code != 201:
+            raise BedError(f"a token for ServiceAccount {namespace}/{name} answered {code}: "
+                           f"{body}")
+        write_kubeconfig(path, self.server, self.root / "certs" / "apiserver.crt",
+                         body["status"]["token"], namespace,
+                         f"system:serviceaccount:{namespace}:{name}")
+        return path
 
     def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "root": str(self.root), "kubeconfig": str(self.kubeconfig),
