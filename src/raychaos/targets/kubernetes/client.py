@@ -63,20 +63,32 @@ def translated(host: str, what: str = "") -> Iterator[None]:
                                 f"{type(exc).__name__}") from exc
 
 
+#: what a 403 with no reason on a WebSocket upgrade means: since Kubernetes 1.35 the API
+#: server also checks ``create`` on exec/attach/portforward (AuthorizePodWebsocketUpgrade-
+#: CreatePermission), after RBAC allowed the request as the ``get`` it is, and says no more
+WS_CREATE_HINT = ("a WebSocket exec or port-forward needs create as well as get on pods/exec or "
+                  "pods/portforward (Kubernetes 1.35 and later)")
+
+
 def _handshake(text: str) -> tuple[int, str, str]:
     """(status, reason, message) from websocket-client's "Handshake status 403 Forbidden -+-+-
-    {headers} -+-+- b'{Status}'" text; status 0 when it is not one (a dropped connection)."""
+    {headers} -+-+- {Status}" text (the body as ``b'...'`` in older versions); status 0 when it
+    is not one (a dropped connection)."""
     m = re.search(r"Handshake status (\d+) ?([^-]*)", text)
     if not m:
         return 0, "WebSocket", text
-    body = re.search(r"b'(\{.*\})'", text, re.S)
-    message = text
-    if body:
-        try:
-            message = str(json.loads(body[1]).get("message") or text)
-        except ValueError:
-            pass
-    return int(m[1]), m[2].strip(), message
+    status, reason = int(m[1]), m[2].strip()
+    body = text.rsplit("-+-+-", 1)[-1].strip() if "-+-+-" in text else ""
+    if body[:2] in ("b'", 'b"'):
+        body = body[2:-1]
+    message = reason or f"HTTP {status}"
+    try:
+        message = str(json.loads(body).get("message") or message)
+    except (ValueError, AttributeError):
+        pass
+    if status == 403 and message.rstrip().endswith("forbidden:"):
+        message = f"{message.rstrip()} {WS_CREATE_HINT}"
+    return status, reason, message
 
 
 @dataclass
