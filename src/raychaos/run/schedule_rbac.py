@@ -8,9 +8,11 @@ the PodDisruptionBudgets that block it); and the network and registry faults cre
 DaemonSets and pods — ``pods create`` + ``daemonsets create`` is root on every node — so they
 get their own Role that a platform team grants only on purpose (``--network``).
 
-The rules are the ones ``deploy/rbac.yaml`` grants (``tests/k8s/test_rbac.py`` proves those are
-exactly the calls the code makes), split along that line; ``tests/k8s/test_schedule_world.py``
-applies the rendered manifests to the test world and checks them against the calls a run made.
+The rules are the ones ``deploy/rbac.yaml`` grants (``tests/k8s/simbed/test_rbac.py`` proves
+those are exactly the calls the code makes, running as its ServiceAccount against the real RBAC
+authorizer), split along that line; the same module applies the rendered manifests to the test
+bed, runs a game day's calls as the schedule's ServiceAccount and reads from the API server's
+audit log that each was allowed and each rule used.
 Leases and events stay in the namespaced Role: the code only ever uses them in the RayCluster's
 namespace (the run Lease, the kubelet's Pulled events), so a ClusterRole would grant more.
 """

@@ -18,10 +18,17 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="package")
-def simbed(tmp_path_factory) -> Iterator[testbed.Bed]:  # noqa: ANN001 - pytest fixture
+def bed_state(tmp_path_factory) -> Path:  # noqa: ANN001 - pytest fixture
+    """One state root for every bed of the package (``down`` finds a bed by it)."""
+    root = tmp_path_factory.mktemp("simbed-state")
+    os.environ["RAYCHAOS_TESTBED_STATE"] = str(root)
+    return root
+
+
+@pytest.fixture(scope="package")
+def simbed(bed_state: Path) -> Iterator[testbed.Bed]:
     """The bed ``sim`` with the default four nodes simulated and the demo RayCluster ready to
     the operator; ``down`` at the end must stop every part it started."""
-    os.environ["RAYCHAOS_TESTBED_STATE"] = str(tmp_path_factory.mktemp("simbed-state"))
     b = testbed.up("sim", "ray", say=print, cluster=True,
                    sim_nodes=[dict(n) for n in testbed.DEFAULT_NODES])
     try:
