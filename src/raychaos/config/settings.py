@@ -99,6 +99,9 @@ class KubernetesSpec:
     dashboard_url: str | None = None  # default: raychaos's own port-forward to the head
     allowed_namespaces: list[str] = field(default_factory=list)
     max_nodes_at_once: int = field(default=1, metadata={"min": 1})
+    # the monitor's reads of the Ray pods' metrics through the API server's pod proxy, at most
+    # this many a second however many pods (targets/kubernetes/scrape.py)
+    metrics_scrapes_per_s: float = field(default=10.0, metadata={"min": 0.1, "max": 1000})
     dry_run: bool = False
 
     def __post_init__(self) -> None:

@@ -48,6 +48,7 @@ from raychaos.targets.kubernetes.safety import (
     gpu_count,
     unsupported,
 )
+from raychaos.targets.kubernetes.scrape import PodScraper
 from raychaos.targets.kubernetes.workload import Workload
 
 __all__ = ["KubernetesTarget"]
@@ -78,6 +79,7 @@ class KubernetesTarget:
         self._bed_cpu: Callable[[], float | None] | Literal[False] | None = None
         self._emitted: set[str] = set()
         self._pod_snapshot: dict[str, dict[str, Any]] | None = None
+        self._metrics = PodScraper(spec.metrics_scrapes_per_s)
 
     # --- lifecycle -----------------------------------------------------------------------------
     def connect(self) -> None:
@@ -252,23 +254,23 @@ class KubernetesTarget:
         """Each Running Ray pod's Prometheus metrics (object store, spill, resources), read
         through the API server's pod proxy (``pods/proxy``: nothing else needs to be reachable)
         from the port KubeRay exports them on (the container port named ``metrics``, else
-        8080); a pod that does not answer is left out."""
-        handle = self._handle()
+        8080), at most ``metrics_scrapes_per_s`` requests a second (:mod:`.scrape`: a big
+        cluster is read in turn); a pod that does not answer is left out."""
         api = self._api()
-        texts = []
-        for pod in handle.pods():
-            if not is_running(pod):
-                continue
-            port = next((p.get("containerPort") for c in pod["spec"]["containers"]
+        running = {p["metadata"]["name"]: p for p in self._handle().pods() if is_running(p)}
+
+        def fetch(name: str) -> str | None:
+            port = next((p.get("containerPort") for c in running[name]["spec"]["containers"]
                          for p in c.get("ports") or [] if p.get("name") == "metrics"),
                         METRICS_PORT)
             try:
-                texts.append(api.read_text(api.core.connect_get_namespaced_pod_proxy_with_path,
-                                           f"{pod['metadata']['name']}:{port}", self.ns,
-                                           "metrics", _request_timeout=max(timeout, 1.0)))
+                return api.read_text(api.core.connect_get_namespaced_pod_proxy_with_path,
+                                     f"{name}:{port}", self.ns, "metrics",
+                                     _request_timeout=max(timeout, 1.0))
             except (KubeApiError, TargetUnavailable):
-                continue
-        return texts
+                return None
+
+        return self._metrics.scrape(running, fetch)
 
     def cluster_events(self, since: float) -> list[dict[str, Any]]:
         """Image pulls the kubelet reported (``Pulled`` events) since ``since``, each once, and
