@@ -72,7 +72,6 @@ def loopback_http():
 SIMULATED_K8S = frozenset({
     "test_drain.py",
     "test_e2e.py", "test_head.py", "test_ray_faults.py",
-    "test_safety_network.py",
     "test_workloads.py", "test_workloads_operator.py", "test_world_api.py",
     "test_world_golden.py"})
 LIGHT_NICE = 19
