@@ -36,6 +36,7 @@ class LocalForward:
                  name: str):
         self.api, self.ns, self.resolve, self.name = api, namespace, resolve, name
         self._sock: socket.socket | None = None
+        self._acceptor: threading.Thread | None = None
         self._stop = threading.Event()
         self.stats = {"connections": 0, "refused": 0}
         self.last_pod: str | None = None
@@ -48,8 +49,9 @@ class LocalForward:
             sock.bind(("127.0.0.1", 0))
             sock.listen(64)
             self._sock = sock
-            threading.Thread(target=self._accept, daemon=True,
-                             name=f"raychaos-forward-{self.name}").start()
+            self._acceptor = threading.Thread(target=self._accept, daemon=True,
+                                              name=f"raychaos-forward-{self.name}")
+            self._acceptor.start()
         return self
 
     @property
@@ -59,10 +61,16 @@ class LocalForward:
         return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
 
     def close(self) -> None:
+        """Stop listening and end the accepting thread (a ``close`` alone does not wake a
+        thread blocked in ``accept`` on Linux: the shutdown does)."""
         self._stop.set()
         if self._sock is not None:
             with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
                 self._sock.close()
+        if self._acceptor is not None and self._acceptor is not threading.current_thread():
+            self._acceptor.join(timeout=5.0)
 
     def _accept(self) -> None:
         assert self._sock is not None
