@@ -6,10 +6,13 @@ lane: its parts stay in the lane's CPU group; it needs no root."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from raychaos.testbed import bed as testbed
 from tests.k8s._bed import api as admin  # the bed's admin (not audited: not the run's user)
@@ -71,3 +74,59 @@ def get(b: testbed.Bed, path: str) -> dict | None:
 @pytest.fixture
 def target(make_target):  # noqa: ANN001, ANN201
     return make_target()
+
+
+def until(what: str, check: Callable[[], Any], bound_s: float = 180.0) -> Any:  # noqa: ANN401
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` after
+    ``bound_s`` (a bound for a busy box, not a wait)."""
+    deadline = time.monotonic() + bound_s
+    while not (got := check()):
+        assert time.monotonic() < deadline, f"{what}: not within {bound_s:g} s"
+        time.sleep(0.2)
+    return got
+
+
+Rules = list[dict[str, Any]]
+RBAC_DOCS = REPO / "deploy" / "rbac.yaml"
+
+
+def narrowed_account(b: testbed.Bed, namespace: str, account: str, kind: str,
+                     narrow: Callable[[Rules], Rules], kubeconfig: Path
+                     ) -> tuple[Path, list[str]]:
+    """ServiceAccount ``namespace/account`` bound to deploy/rbac.yaml's Role and ClusterRole,
+    the one of ``kind`` passed through ``narrow`` (rules → rules): its kubeconfig (a real token:
+    the real RBAC authorizer decides) and the paths of what was made, for :func:`delete_all`."""
+    api = admin(b)
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    made: list[tuple[str, dict[str, Any]]] = [
+        (f"/api/v1/namespaces/{namespace}/serviceaccounts",
+         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}})]
+    for doc in yaml.safe_load_all(RBAC_DOCS.read_text()):
+        if not doc or doc["kind"] not in ("Role", "ClusterRole"):
+            continue
+        role = {"apiVersion": doc["apiVersion"], "kind": doc["kind"],
+                "metadata": {"name": f"{account}-{doc['kind'].lower()}"},
+                "rules": narrow(doc["rules"]) if doc["kind"] == kind else doc["rules"]}
+        binding = {"apiVersion": doc["apiVersion"], "kind": f"{doc['kind']}Binding",
+                   "metadata": dict(role["metadata"]),
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": doc["kind"],
+                               "name": role["metadata"]["name"]},
+                   "subjects": [{"kind": "ServiceAccount", "name": account,
+                                 "namespace": namespace}]}
+        where = f"{rbac}/namespaces/{namespace}/" if doc["kind"] == "Role" else f"{rbac}/"
+        made += [(f"{where}{doc['kind'].lower()}s", role),
+                 (f"{where}{doc['kind'].lower()}bindings", binding)]
+    paths = []
+    for collection, doc in made:
+        code, body = api.call("POST", collection, doc, timeout=30)
+        assert code == 201, (doc["kind"], code, body)
+        paths.append(f"{collection}/{doc['metadata']['name']}")
+    return b.serviceaccount_kubeconfig(namespace, account, kubeconfig), paths
+
+
+def delete_all(b: testbed.Bed, paths: list[str]) -> None:
+    """DELETE each path, last made first (gone already is fine)."""
+    api = admin(b)
+    for path in reversed(paths):
+        code, body = api.call("DELETE", path)
+        assert code in (200, 202, 404), (path, code, body)

@@ -27,7 +27,7 @@ from raychaos.errors import ConfigError, TargetUnavailable
 from raychaos.targets.kubernetes.target import KubernetesTarget
 from raychaos.testbed import bed as testbed
 from raychaos.testbed.audit import USER
-from tests.k8s.simbed.conftest import REPO, admin, get
+from tests.k8s.simbed.conftest import REPO, Rules, admin, delete_all, get, narrowed_account, until
 
 pytestmark = pytest.mark.k8s
 
@@ -35,16 +35,6 @@ NS = "ray"
 RC = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/raychaos-demo"
 MUTATING = ("create", "update", "patch", "delete", "deletecollection")
-Rules = list[dict[str, Any]]
-
-
-def _until(what: str, check: Callable[[], Any], bound_s: float = 120.0) -> Any:  # noqa: ANN401
-    """Poll ``check`` until it returns something truthy (the bound is for a busy box)."""
-    deadline = time.monotonic() + bound_s
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {bound_s:g} s"
-        time.sleep(0.2)
-    return got
 
 
 @pytest.fixture
@@ -71,7 +61,7 @@ def unmanaged(simbed: testbed.Bed) -> Iterator[Callable[..., dict[str, Any]]]:
     for name in made:
         code, body = admin(simbed).call("DELETE", f"{RC}/{name}")
         assert code in (200, 404), body
-        _until(f"RayCluster {NS}/{name} deleted", lambda n=name: get(simbed, f"{RC}/{n}") is None)
+        until(f"RayCluster {NS}/{name} deleted", lambda n=name: get(simbed, f"{RC}/{n}") is None)
 
 
 def test_describe_reports_groups_gpu_nodes_gcs_ft_and_the_head_service(target):
@@ -148,10 +138,6 @@ def test_missing_raycluster(make_target):
         make_target(cluster="nope")
 
 
-def _rbac_docs() -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((REPO / "deploy" / "rbac.yaml").read_text()) if d]
-
-
 def _drop_verb(rules: Rules, resource: str, verb: str) -> Rules:
     """``rules`` without ``verb`` on ``resource`` (the rule's other verbs kept)."""
     out = [{**r, "verbs": [v for v in r["verbs"] if v != verb]}
@@ -162,42 +148,18 @@ def _drop_verb(rules: Rules, resource: str, verb: str) -> Rules:
 
 @pytest.fixture
 def narrowed(simbed: testbed.Bed, tmp_path: Path) -> Iterator[Callable[..., Path]]:
-    """A ServiceAccount bound to deploy/rbac.yaml's Role and ClusterRole, one of them passed
-    through ``narrow`` (rules → rules): its kubeconfig (a real token, so the real RBAC authorizer
-    decides). What it made is deleted after the test."""
-    made: list[tuple[str, str]] = []  # (collection, name)
-    api = admin(simbed)
+    """A ServiceAccount bound to deploy/rbac.yaml's Roles, one narrowed (conftest's
+    :func:`narrowed_account`): its kubeconfig. What it made is deleted after the test."""
+    made: list[str] = []
 
     def make(account: str, kind: str, narrow: Callable[[Rules], Rules]) -> Path:
-        sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}}
-        docs: list[tuple[str, dict[str, Any]]] = [
-            (f"/api/v1/namespaces/{NS}/serviceaccounts", sa)]
-        rbac = "/apis/rbac.authorization.k8s.io/v1"
-        for doc in _rbac_docs():
-            if doc["kind"] not in ("Role", "ClusterRole"):
-                continue
-            role = {"apiVersion": doc["apiVersion"], "kind": doc["kind"],
-                    "metadata": {"name": f"{account}-{doc['kind'].lower()}"},
-                    "rules": narrow(doc["rules"]) if doc["kind"] == kind else doc["rules"]}
-            binding = {"apiVersion": doc["apiVersion"], "kind": f"{doc['kind']}Binding",
-                       "metadata": dict(role["metadata"]),
-                       "roleRef": {"apiGroup": "rbac.authorization.k8s.io",
-                                   "kind": doc["kind"], "name": role["metadata"]["name"]},
-                       "subjects": [{"kind": "ServiceAccount", "name": account,
-                                     "namespace": NS}]}
-            where = f"{rbac}/namespaces/{NS}/" if doc["kind"] == "Role" else f"{rbac}/"
-            docs += [(f"{where}{doc['kind'].lower()}s", role),
-                     (f"{where}{doc['kind'].lower()}bindings", binding)]
-        for collection, doc in docs:
-            code, body = api.call("POST", collection, doc, timeout=30)
-            assert code == 201, (doc["kind"], code, body)
-            made.append((collection, doc["metadata"]["name"]))
-        return simbed.serviceaccount_kubeconfig(NS, account, tmp_path / f"kubeconfig-{account}")
+        kubeconfig, paths = narrowed_account(simbed, NS, account, kind, narrow,
+                                             tmp_path / f"kubeconfig-{account}")
+        made.extend(paths)
+        return kubeconfig
 
     yield make
-    for collection, name in reversed(made):
-        code, body = api.call("DELETE", f"{collection}/{name}")
-        assert code in (200, 404), body
+    delete_all(simbed, made)
 
 
 def test_forbidden_names_verb_and_resource(simbed, narrowed, make_target):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from raychaos.errors import FaultFailed, NothingMatched
 from raychaos.targets.kubernetes.target import KubernetesTarget
 from raychaos.testbed import bed as testbed
 from raychaos.testbed.demo import DEMO
-from tests.k8s.simbed.conftest import admin, get
+from tests.k8s.simbed.conftest import admin, get, until
 
 pytestmark = pytest.mark.k8s
 
@@ -38,15 +38,6 @@ PDBS = f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets"
 RAYCLUSTERS = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
 CORDONED_BY = "raychaos.io/cordoned-by"
 READ = ("get", "list", "watch")
-
-
-def _until(what: str, check: Callable[[], Any], bound_s: float = 120.0) -> Any:  # noqa: ANN401
-    """Poll ``check`` until it returns something truthy (the bound is for a busy box)."""
-    deadline = time.monotonic() + bound_s
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {bound_s:g} s"
-        time.sleep(0.2)
-    return got
 
 
 def drain(t: KubernetesTarget, record: dict | None = None, count: int = 1,
@@ -81,7 +72,7 @@ class Made:
                 "apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"})
             assert code in (200, 202, 404), (path, code, body)
         for path in self.paths:
-            _until(f"{path} gone", lambda p=path: get(self.bed, p) is None)
+            until(f"{path} gone", lambda p=path: get(self.bed, p) is None)
         self.paths.clear()
 
 
@@ -122,7 +113,7 @@ def made(simbed: testbed.Bed) -> Iterator[Made]:
     finally:
         uncordon_all(simbed)
         m.delete_all()
-        _until("the demo back to ready, its pods Running", lambda: demo_settled(simbed), 180)
+        until("the demo back to ready, its pods Running", lambda: demo_settled(simbed), 180)
 
 
 def gpu_worker(b: testbed.Bed, cluster: str = "demo") -> dict[str, Any]:
@@ -138,7 +129,7 @@ def budget(m: Made, name: str, **spec: Any) -> dict[str, Any]:  # noqa: ANN401
     spec.setdefault("selector", {"matchLabels": {"ray.io/node-type": "worker"}})
     m.create(PDBS, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
                     "metadata": {"name": name}, "spec": spec})
-    return _until(f"PodDisruptionBudget {name} judged", lambda: next((
+    return until(f"PodDisruptionBudget {name} judged", lambda: next((
         pdb for pdb in [get(m.bed, f"{PDBS}/{name}") or {}]
         if any(c["type"] == "DisruptionAllowed" for c in
                (pdb.get("status") or {}).get("conditions") or [])), None))
@@ -151,7 +142,7 @@ def replica_set(m: Made, name: str, node: str, ns: str = NS) -> dict[str, Any]:
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
                  "template": {"metadata": {"labels": {"app": name}}, "spec": {
                      "nodeName": node, "containers": [{"name": "c", "image": "x"}]}}}})
-    return _until(f"ReplicaSet {ns}/{name}'s pod Running", lambda: next((
+    return until(f"ReplicaSet {ns}/{name}'s pod Running", lambda: next((
         p for p in get(m.bed, f"/api/v1/namespaces/{ns}/pods?labelSelector=app%3D{name}")[
             "items"] if p["status"].get("phase") == "Running"), None))
 
@@ -162,7 +153,7 @@ def bare_pod(name: str, node: str, **meta: Any) -> dict[str, Any]:  # noqa: ANN4
 
 
 def running(b: testbed.Bed, path: str) -> dict[str, Any]:
-    return _until(f"{path} Running", lambda: next((
+    return until(f"{path} Running", lambda: next((
         p for p in [get(b, path) or {}] if (p.get("status") or {}).get("phase") == "Running"),
         None))
 
@@ -352,7 +343,7 @@ def test_draining_two_of_four_gpu_nodes_names_the_stuck_replacement(shapebed):
     gpu = rc["spec"]["workerGroupSpecs"][0]
     gpu["replicas"] = gpu["maxReplicas"] = 4
     m.create(RAYCLUSTERS, rc)
-    _until("RayCluster big ready on six nodes", lambda: demo_settled(shapebed, "big", 6), 300)
+    until("RayCluster big ready on six nodes", lambda: demo_settled(shapebed, "big", 6), 300)
     t = _shape_target(shapebed, "big", max_nodes_at_once=2)
     record: dict = {}
     try:
@@ -371,7 +362,7 @@ def test_draining_two_of_four_gpu_nodes_names_the_stuck_replacement(shapebed):
         t.close()
         uncordon_all(shapebed)
         m.delete_all()
-        _until("RayCluster big's pods gone", lambda: not get(
+        until("RayCluster big's pods gone", lambda: not get(
             shapebed, f"{PODS}?labelSelector=ray.io/cluster%3Dbig")["items"])
 
 
@@ -381,7 +372,7 @@ def test_on_a_cluster_without_nvidia_gpus_the_drain_takes_a_logical_gpu_workers_
     for x in "abcd":
         code, body = admin(shapebed).call("DELETE", f"/api/v1/nodes/gpu-{x}")
         assert code in (200, 404), (code, body)
-    _until("the GPU nodes gone", lambda: [n["metadata"]["name"] for n in get(
+    until("the GPU nodes gone", lambda: [n["metadata"]["name"] for n in get(
         shapebed, "/api/v1/nodes")["items"]] == ["cpu-0", "head-0"])
     rc = _demo_raycluster("kind")
     for g in rc["spec"]["workerGroupSpecs"]:
@@ -394,7 +385,7 @@ def test_on_a_cluster_without_nvidia_gpus_the_drain_takes_a_logical_gpu_workers_
     m = Made(shapebed)
     m.create(RAYCLUSTERS, rc)
     try:
-        _until("RayCluster kind ready", lambda: demo_settled(shapebed, "kind", 3), 300)
+        until("RayCluster kind ready", lambda: demo_settled(shapebed, "kind", 3), 300)
         t = _shape_target(shapebed, "kind")
         try:
             ev = drain(t)

@@ -14,7 +14,6 @@ a RayCluster with token auth (KubeRay 1.5 has no ``authOptions``: ``RAY_AUTH_MOD
 from __future__ import annotations
 
 import base64
-import copy
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +31,7 @@ from raychaos.targets.kubernetes.lease import LeaseLock
 from raychaos.targets.kubernetes.target import KubernetesTarget
 from raychaos.testbed import bed as testbed
 from raychaos.testbed.demo import DEMO
-from tests.k8s.simbed.conftest import REPO, admin, get
+from tests.k8s.simbed.conftest import REPO, admin, delete_all, get, narrowed_account, until
 
 pytestmark = pytest.mark.k8s
 
@@ -74,15 +73,6 @@ def _delete(b: testbed.Bed, doc: dict[str, Any]) -> None:
     assert code in (200, 202, 404), (code, body)
 
 
-def _until(what: str, check, bound_s: float = 120.0) -> Any:  # noqa: ANN001
-    """Poll ``check`` until it returns something truthy (the bound is for a busy box)."""
-    deadline = time.monotonic() + bound_s
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {bound_s:g} s"
-        time.sleep(0.2)
-    return got
-
-
 def _token_cluster() -> list[dict[str, Any]]:
     """The bed's demo (Redis, its Service, RayCluster ``demo``) with Ray token auth: a Secret
     and, in the head container, ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` from it."""
@@ -105,7 +95,7 @@ def rbacbed(bed_state: Path) -> Iterator[testbed.Bed]:
     try:
         for doc in _token_cluster():
             _create(b, doc)
-        _until("RayCluster ray/demo ready to the operator",
+        until("RayCluster ray/demo ready to the operator",
                lambda: ((get(b, f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/demo") or {})
                         .get("status") or {}).get("state") == "ready", 300)
         yield b
@@ -239,7 +229,7 @@ def _tour(b: testbed.Bed, t: KubernetesTarget, kubeconfig: Path) -> None:  # noq
     job = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "train"},
            "spec": {"entrypoint": "python -c pass", "clusterSelector": {"ray.io/cluster": "demo"}}}
     _create(b, job)
-    _until("RayJob ray/train following demo", lambda: ((get(
+    until("RayJob ray/train following demo", lambda: ((get(
         b, f"/apis/ray.io/v1/namespaces/{NS}/rayjobs/train") or {}).get("status") or {}).get(
         "rayClusterName") == "demo")
     svc = {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "chat"},
@@ -316,31 +306,11 @@ def test_rbac_grants_every_call_and_nothing_unused(rbacbed, rbac_docs, tmp_path,
             (verb, resource, kind)
 
 
-def _narrowed(b: testbed.Bed, docs: list[dict[str, Any]], account: str, kind: str,
-              narrow: Any, path: Path) -> tuple[Path, list[dict[str, Any]]]:  # noqa: ANN401
-    """ServiceAccount ``account`` bound to deploy/rbac.yaml's Roles, its ``kind`` (Role or
-    ClusterRole) passed through ``narrow`` (rules → rules): its kubeconfig, and what to delete."""
-    roles = {d["kind"]: copy.deepcopy(d) for d in docs if d["kind"] in ("Role", "ClusterRole")}
-    roles[kind]["rules"] = narrow(roles[kind]["rules"])
-    made: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "ServiceAccount",
-                                   "metadata": {"name": account, "namespace": NS}}]
-    for role_kind, role in roles.items():
-        role["metadata"]["name"] = f"{account}-{role_kind.lower()}"
-        binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": f"{role_kind}Binding",
-                   "metadata": dict(role["metadata"]),
-                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind,
-                               "name": role["metadata"]["name"]},
-                   "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NS}]}
-        made += [role, binding]
-    _apply(b, made)
-    return b.serviceaccount_kubeconfig(NS, account, path), made
-
-
 def test_a_role_without_eviction_is_refused_for_real_and_the_drain_leaves_nothing(
         rbacbed, rbac_docs, tmp_path):
     """The ClusterRole without ``pods/eviction``: the API server answers 403 (its audit log says
     ``forbid``), the drain fails in one sentence naming it, and undo uncordons the node."""
-    kubeconfig, made = _narrowed(rbacbed, rbac_docs, "no-eviction", "ClusterRole", lambda rules: [
+    kubeconfig, made = narrowed_account(rbacbed, NS, "no-eviction", "ClusterRole", lambda rules: [
         r for r in rules if r["resources"] != ["pods/eviction"]], tmp_path / "kubeconfig")
     since = time.time()
     t = _target(kubeconfig)
@@ -360,8 +330,7 @@ def test_a_role_without_eviction_is_refused_for_real_and_the_drain_leaves_nothin
         ("create", "pods/eviction", 403)], forbid
     nodes = get(rbacbed, "/api/v1/nodes")["items"]
     assert not [n["metadata"]["name"] for n in nodes if n["spec"].get("unschedulable")]
-    for d in reversed(made):
-        _delete(rbacbed, d)
+    delete_all(rbacbed, made)
 
 
 def test_exec_needs_create_as_well(rbacbed, rbac_docs, tmp_path):
@@ -372,8 +341,8 @@ def test_exec_needs_create_as_well(rbacbed, rbac_docs, tmp_path):
         return [{**r, "verbs": ["get"]} if r["resources"] == ["pods/exec"] else r
                 for r in rules]
 
-    kubeconfig, made = _narrowed(rbacbed, rbac_docs, "exec-get-only", "Role", get_only,
-                                 tmp_path / "kubeconfig")
+    kubeconfig, made = narrowed_account(rbacbed, NS, "exec-get-only", "Role", get_only,
+                                        tmp_path / "kubeconfig")
     since = time.time()
     t = _target(kubeconfig)
     try:
@@ -387,8 +356,7 @@ def test_exec_needs_create_as_well(rbacbed, rbac_docs, tmp_path):
     sent = rbacbed.requests(since, user=f"system:serviceaccount:{NS}:exec-get-only")
     execs = [(r["verb"], r["decision"], r["code"]) for r in sent if r["resource"] == "pods/exec"]
     assert execs and set(execs) == {("get", "allow", 403)}, execs
-    for d in reversed(made):
-        _delete(rbacbed, d)
+    delete_all(rbacbed, made)
 
 
 def test_schedule_manifests_apply_and_grant_exactly_what_a_game_day_calls(rbacbed, tmp_path,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,7 +25,7 @@ from raychaos.targets.kubernetes.safety import CORDONED_BY, PROTECTED, RUN_ID, r
 from raychaos.targets.kubernetes.target import KubernetesTarget
 from raychaos.testbed import bed as testbed
 from raychaos.testbed.node.kubelet import go_duration
-from tests.k8s.simbed.conftest import admin, get
+from tests.k8s.simbed.conftest import admin, get, until
 
 pytestmark = pytest.mark.k8s
 
@@ -40,15 +40,6 @@ THROTTLE = "raychaos-pull-throttle-run1"
 NODES = ("cpu-0", "gpu-a", "gpu-b", "head-0")  # the bed's, sorted as the harness names them
 #: what this module's own Events carry, so that they can be found and deleted
 OURS = "raychaos.io/test=safety-network"
-
-
-def _until(what: str, check: Callable[[], Any], bound_s: float = 120.0) -> Any:  # noqa: ANN401
-    """Poll ``check`` until it returns something truthy (the bound is for a busy box)."""
-    deadline = time.monotonic() + bound_s
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {bound_s:g} s"
-        time.sleep(0.2)
-    return got
 
 
 def _items(b: testbed.Bed, path: str, selector: str = RUN_ID) -> list[dict[str, Any]]:
@@ -112,8 +103,8 @@ def restored(simbed: testbed.Bed) -> Iterator[None]:
                  "metadata": {"labels": {CORDONED_BY: None, PROTECTED: None}}},
                 content_type="application/merge-patch+json")
             assert code == 200, (code, body)
-    _until("nothing of run1 left", lambda: not _left(simbed))
-    _until("RayCluster ray/demo ready with its 3 pods", lambda: _demo_ready(simbed), 300)
+    until("nothing of run1 left", lambda: not _left(simbed))
+    until("RayCluster ray/demo ready with its 3 pods", lambda: _demo_ready(simbed), 300)
 
 
 def throttle(t: KubernetesTarget, record: dict[str, Any],
@@ -238,7 +229,7 @@ def test_the_throttle_daemonset_and_no_report_means_it_did_not_land(simbed, targ
             and r["code"] == 200}
     assert made == {f"raychaos-throttle-clean-run1-{n}" for n in NODES}, made
     assert made <= gone, "a cleanup pod was not deleted"
-    _until("the throttle's and the cleanup's pods gone", lambda: _left(simbed) == [])
+    until("the throttle's and the cleanup's pods gone", lambda: _left(simbed) == [])
 
 
 @contextlib.contextmanager
@@ -253,16 +244,16 @@ def chaos_mesh_removed(b: testbed.Bed) -> Iterator[None]:
                         if k in ("name", "labels", "annotations")}, "spec": crd["spec"]}
     _delete(b, path)
     try:
-        _until("the NetworkChaos CRD deleted", lambda: get(b, path) is None)
+        until("the NetworkChaos CRD deleted", lambda: get(b, path) is None)
         yield
     finally:
-        _until("the NetworkChaos CRD gone before it is made again", lambda: get(b, path) is None)
+        until("the NetworkChaos CRD gone before it is made again", lambda: get(b, path) is None)
         code, body = admin(b).call("POST", CRD, crd, timeout=30)
         assert code == 201, (code, body)
-        _until("the NetworkChaos CRD Established", lambda: any(
+        until("the NetworkChaos CRD Established", lambda: any(
             c["type"] == "Established" and c["status"] == "True"
             for c in ((get(b, path) or {}).get("status") or {}).get("conditions") or []))
-        _until("NetworkChaos served again", lambda: admin(b).call("GET", CHAOS)[0] == 200)
+        until("NetworkChaos served again", lambda: admin(b).call("GET", CHAOS)[0] == 200)
 
 
 def test_saturate_preflight_resolves_names_and_needs_chaos_mesh_for_bandwidth(simbed, target):
@@ -304,7 +295,7 @@ def test_cleanup_run_finds_leftovers_of_a_lost_ledger(simbed, target, monkeypatc
     assert sorted(out["deleted"]) == ["raychaos-net-run1", THROTTLE]
     assert out["uncordoned"] == []
     assert _items(simbed, DS) == [] and _items(simbed, CHAOS) == []
-    _until("the DaemonSet's pods gone", lambda: _left(simbed) == [])
+    until("the DaemonSet's pods gone", lambda: _left(simbed) == [])
 
 
 def _pulled(pod: dict[str, Any], seconds: float, i: int) -> dict[str, Any]:
@@ -344,7 +335,7 @@ def test_pulls_in_every_go_form_and_pod_changes_reach_the_timeline_once(simbed, 
             k == "node_started" and n != pod["metadata"]["name"] for k, n in kinds) and len(
             [e for e in got if e["event"] == "image_pulled" and e["image"] == "x"]) >= 3
 
-    _until("the head's replacement and the pulls in cluster_events", both)
+    until("the head's replacement and the pulls in cluster_events", both)
     pulls = sorted(e["seconds"] for e in got if e["event"] == "image_pulled"
                    and e["image"] == "x")
     assert pulls == pytest.approx([0.123, 12.3, 83.456]), "each pull, each once"

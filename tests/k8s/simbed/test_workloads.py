@@ -15,7 +15,7 @@ healthy upgrade, and requests reaching a Serve proxy through that Service — is
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,7 +26,7 @@ from raychaos.errors import TargetUnavailable
 from raychaos.targets.kubernetes.owner import ServeServiceResolver
 from raychaos.targets.kubernetes.target import KubernetesTarget
 from raychaos.testbed import bed as testbed
-from tests.k8s.simbed.conftest import REPO, admin, get
+from tests.k8s.simbed.conftest import REPO, admin, get, until
 
 pytestmark = pytest.mark.k8s
 
@@ -36,15 +36,6 @@ PODS = f"/api/v1/namespaces/{NS}/pods"
 MUTATING = ("create", "update", "patch", "delete", "deletecollection")
 IMAGE = "rayproject/ray:2.60.0"
 SMALL = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}
-
-
-def _until(what: str, check: Callable[[], Any], bound_s: float = 180.0) -> Any:  # noqa: ANN401
-    """Poll ``check`` until it returns something truthy (the bound is for a busy box)."""
-    deadline = time.monotonic() + bound_s
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {bound_s:g} s"
-        time.sleep(0.2)
-    return got
 
 
 def _create(b: testbed.Bed, collection: str, doc: dict[str, Any]) -> dict[str, Any]:
@@ -61,9 +52,9 @@ def _delete_and_wait(b: testbed.Bed, paths: list[str], pods_of: list[str]) -> No
             "apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"})
         assert code in (200, 202, 404), (path, code, body)
     for path in paths:
-        _until(f"{path} gone", lambda p=path: get(b, p) is None)
+        until(f"{path} gone", lambda p=path: get(b, p) is None)
     for cluster in pods_of:
-        _until(f"RayCluster {cluster}'s pods gone", lambda c=cluster: not get(
+        until(f"RayCluster {cluster}'s pods gone", lambda c=cluster: not get(
             b, f"{PODS}?labelSelector=ray.io/cluster%3D{c}")["items"])
 
 
@@ -96,7 +87,7 @@ def rayjob(simbed: testbed.Bed) -> Iterator[dict[str, Any]]:
                  "rayClusterSpec": {"rayVersion": "2.60.0", "headGroupSpec": _head()}}})
     cluster = ""
     try:
-        job = _until("RayJob ray/train's cluster ready and its job Running", lambda: next((
+        job = until("RayJob ray/train's cluster ready and its job Running", lambda: next((
             j for j in [get(simbed, f"{RAY}/rayjobs/train") or {}]
             if (j.get("status") or {}).get("rayClusterName")
             and _ready(simbed, j["status"]["rayClusterName"])
@@ -190,7 +181,7 @@ def rayservice(simbed: testbed.Bed) -> Iterator[None]:
         made.append(f"/api/v1/namespaces/{NS}/services/chat-serve-svc")
         _status(simbed, "chat-a")
         for name in ("chat-a", "chat-b"):
-            _until(f"RayCluster {name} ready", lambda n=name: _ready(simbed, n) and len(get(
+            until(f"RayCluster {name} ready", lambda n=name: _ready(simbed, n) and len(get(
                 simbed, f"{PODS}?labelSelector=ray.io/cluster%3D{n}")["items"]) == 2, 300)
         yield
     finally:
@@ -211,7 +202,7 @@ def test_a_rayservice_switch_is_followed_and_serve_goes_through_its_service(simb
         switch = [e for e in events if e["event"] == "target_cluster_switched"]
         assert switch and switch[0]["from"] == "chat-a" and switch[0]["to"] == "chat-b"
         assert t.cluster == "chat-b" and t.head_identity()["cluster"] == "chat-b"
-        _until("chat-b's pods listed", lambda: len(t.handle.pods()) == 2)  # type: ignore[union-attr]
+        until("chat-b's pods listed", lambda: len(t.handle.pods()) == 2)  # type: ignore[union-attr]
         resolve = ServeServiceResolver(t.workload.owner, t.handle.pods)  # type: ignore[union-attr]
         picked = {resolve() for _ in range(4)}
         assert picked and all(n.startswith("chat-b-") and "worker" in n and port == 8000
