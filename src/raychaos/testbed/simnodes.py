@@ -94,6 +94,11 @@ def running_status(pod: dict[str, Any], ip: str, host_ip: str) -> dict[str, Any]
                  "started": True} for c in pod["spec"].get("containers") or []]}
 
 
+def _ready(status: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in status.get("conditions") or [])
+
+
 class SimNodes:
     """The loop: nodes registered and leased, bound pods made Running, deleted pods removed.
     ``api`` is the bed's :class:`raychaos.testbed.bed.ApiClient` (or anything with its
@@ -142,6 +147,10 @@ class SimNodes:
         for name in self.specs:
             if now - self.renewed.get(name, 0.0) >= RENEW_S:
                 self._renew(name)
+                # and its Ready heartbeat, as a kubelet posts it: a node the lifecycle
+                # controller marked Unknown (leases missed while the API server was too busy
+                # to answer) is Ready again, and its unreachable taints go
+                self._status(name)
         code, listed = self.api.call("GET", "/api/v1/pods")
         if code != 200:
             return
@@ -163,10 +172,16 @@ class SimNodes:
                         "apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
                         "preconditions": {"uid": uid}})
                 continue
-            if (pod.get("status") or {}).get("phase") in (None, "Pending") and \
-                    now - first >= self.ready_after_s:
+            status = pod.get("status") or {}
+            if status.get("phase") in (None, "Pending") and now - first >= self.ready_after_s:
                 self.api.call("PATCH", f"{where}/status",
                               {"status": running_status(pod, self._ip(uid), self.host_ip)},
+                              content_type="application/merge-patch+json")
+            elif status.get("phase") == "Running" and not _ready(status):
+                # the node lifecycle controller set Ready=False while the node was Unknown;
+                # a kubelet's status sync puts its own back (the containers' statuses kept)
+                conds = running_status(pod, self._ip(uid), self.host_ip)["conditions"]
+                self.api.call("PATCH", f"{where}/status", {"status": {"conditions": conds}},
                               content_type="application/merge-patch+json")
         for key in [k for k in self.seen if k.split("/")[0] not in live]:
             self.seen.pop(key)
