@@ -70,7 +70,7 @@ def loopback_http():
 #: ``tests/k8s/bed`` (the test bed of real parts); ``tests/k8s/simbed`` (the bed's real control
 #: plane with simulated nodes: no Ray) runs in the light lane.
 SIMULATED_K8S = frozenset({
-    "test_e2e.py", "test_head.py", "test_ray_faults.py",
+    "test_e2e.py",
     "test_workloads_operator.py", "test_world_api.py",
     "test_world_golden.py"})
 LIGHT_NICE = 19
