@@ -76,14 +76,44 @@ def target(make_target):  # noqa: ANN001, ANN201
     return make_target()
 
 
-def until(what: str, check: Callable[[], Any], bound_s: float = 180.0) -> Any:  # noqa: ANN401
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` after
-    ``bound_s`` (a bound for a busy box, not a wait)."""
+def until(what: str, check: Callable[[], Any], bound_s: float = 180.0,
+          detail: Callable[[], Any] = lambda: "") -> Any:  # noqa: ANN401
+    """Poll ``check`` until it returns something truthy; fail naming ``what`` (and what
+    ``detail()`` says was seen) after ``bound_s`` (a bound for a busy box, not a wait)."""
     deadline = time.monotonic() + bound_s
     while not (got := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {bound_s:g} s"
+        assert time.monotonic() < deadline, f"{what}: not within {bound_s:g} s {detail()}"
         time.sleep(0.2)
     return got
+
+
+def ready(obj: dict[str, Any]) -> bool:
+    """A pod's (or node's) Ready condition is True."""
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+DEMO_PODS = "/api/v1/namespaces/ray/pods?labelSelector=ray.io%2Fcluster%3Ddemo"
+
+
+def demo_pods(b: testbed.Bed) -> list[tuple[str, str, bool, bool]]:
+    """(name, group, Ready, terminating) of the demo's pods, and its state: what a test left."""
+    rc = get(b, "/apis/ray.io/v1/namespaces/ray/rayclusters/demo") or {}
+    pods = get(b, DEMO_PODS) or {}
+    return [("state", str((rc.get("status") or {}).get("state")), True, False)] + [
+        (p["metadata"]["name"], p["metadata"]["labels"].get("ray.io/group", ""), ready(p),
+         "deletionTimestamp" in p["metadata"]) for p in pods.get("items") or []]
+
+
+def demo_whole(b: testbed.Bed) -> bool:
+    """The demo as the bed made it: ready to the operator, one Ready head, one Ready pod per
+    worker group, nothing terminating."""
+    rc = get(b, "/apis/ray.io/v1/namespaces/ray/rayclusters/demo") or {}
+    pods = (get(b, DEMO_PODS) or {}).get("items") or []
+    kinds = sorted((p["metadata"]["labels"].get("ray.io/group"), ready(p)) for p in pods
+                   if "deletionTimestamp" not in p["metadata"])
+    return (rc.get("status") or {}).get("state") == "ready" and len(kinds) == len(pods) and \
+        kinds == [("cpu", True), ("gpu", True), ("headgroup", True)]
 
 
 Rules = list[dict[str, Any]]

@@ -20,7 +20,7 @@ from raychaos.errors import FaultFailed
 from raychaos.targets.kubernetes import head as k8s_head
 from raychaos.targets.kubernetes.streams import ExecResult, exit_status
 from raychaos.testbed import bed as testbed
-from tests.k8s.simbed.conftest import admin, get
+from tests.k8s.simbed.conftest import admin, demo_pods, demo_whole, get, ready, until
 
 pytestmark = pytest.mark.k8s
 
@@ -30,49 +30,13 @@ HEADS = f"{PODS}?labelSelector=ray.io%2Fcluster%3Ddemo%2Cray.io%2Fnode-type%3Dhe
 JSON_PATCH = "application/json-patch+json"
 
 
-def _until(what: str, check: Callable[[], Any], bound_s: float = 120.0,
-           detail: Callable[[], Any] = lambda: "") -> Any:
-    """Poll ``check`` until it returns something truthy (the bound is for a busy box); at the
-    bound, ``detail()`` says what was seen."""
-    deadline = time.monotonic() + bound_s
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {bound_s:g} s {detail()}"
-        time.sleep(0.2)
-    return got
-
-
-def _demo_pods(b: testbed.Bed) -> list[tuple[str, str, bool, bool]]:
-    """(name, group, Ready, terminating) of the demo's pods, and its state: what a test left."""
-    rc = get(b, "/apis/ray.io/v1/namespaces/ray/rayclusters/demo") or {}
-    pods = get(b, "/api/v1/namespaces/ray/pods?labelSelector=ray.io%2Fcluster%3Ddemo") or {}
-    return [("state", str((rc.get("status") or {}).get("state")), True, False)] + [
-        (p["metadata"]["name"], p["metadata"]["labels"].get("ray.io/group", ""), _ready(p),
-         "deletionTimestamp" in p["metadata"]) for p in pods.get("items") or []]
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
-
-
-def _demo_whole(b: testbed.Bed) -> bool:
-    """The demo as the bed made it: ready to the operator, one Ready head, one Ready pod per
-    worker group, nothing terminating."""
-    rc = get(b, "/apis/ray.io/v1/namespaces/ray/rayclusters/demo") or {}
-    pods = (get(b, f"{PODS}?labelSelector=ray.io%2Fcluster%3Ddemo") or {}).get("items") or []
-    kinds = sorted((p["metadata"]["labels"].get("ray.io/group"), _ready(p)) for p in pods
-                   if "deletionTimestamp" not in p["metadata"])
-    return (rc.get("status") or {}).get("state") == "ready" and len(kinds) == len(pods) and \
-        kinds == [("cpu", True), ("gpu", True), ("headgroup", True)]
-
-
 @pytest.fixture(autouse=True)
 def demo_restored(simbed: testbed.Bed) -> Iterator[None]:
     """Every test starts from, and leaves, the demo whole (a killed head is back)."""
-    _until("the demo RayCluster whole", lambda: _demo_whole(simbed))
+    until("the demo RayCluster whole", lambda: demo_whole(simbed))
     yield
-    _until("the demo RayCluster whole again", lambda: _demo_whole(simbed), bound_s=300.0,
-           detail=lambda: _demo_pods(simbed))
+    until("the demo RayCluster whole again", lambda: demo_whole(simbed), bound_s=300.0,
+           detail=lambda: demo_pods(simbed))
 
 
 def _mutations(b: testbed.Bed, since: float) -> list[tuple[str, str]]:
@@ -144,10 +108,10 @@ def test_wait_head_back_times_out_with_evidence(simbed, target):
         evidence = target.kill_head("pod", {})
         back = target.wait_head_back(evidence["old"], timeout=3)
         assert back["back"] is False and "new_uid" not in back and back["waited_s"] >= 3, back
-        pending = _until("the operator's new head pod", lambda: [
+        pending = until("the operator's new head pod", lambda: [
             p for p in get(simbed, HEADS)["items"]
             if p["metadata"]["uid"] != evidence["old"]["uid"]])
-        assert not _ready(pending[0]), pending
+        assert not ready(pending[0]), pending
     finally:
         code, body = admin(simbed).call("PATCH", node, {"spec": {"unschedulable": None}},
                                         content_type="application/merge-patch+json")

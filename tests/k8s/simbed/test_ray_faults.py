@@ -21,7 +21,7 @@ from raychaos.errors import ConfigError, FaultFailed
 from raychaos.targets.kubernetes import rayfaults
 from raychaos.testbed import bed as testbed
 from raychaos.testbed import build
-from tests.k8s.simbed.conftest import REPO, admin, get
+from tests.k8s.simbed.conftest import REPO, admin, demo_pods, demo_whole, get, until
 
 pytestmark = pytest.mark.k8s
 
@@ -34,26 +34,6 @@ CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 NETWORKCHAOS_CRD = "networkchaos.chaos-mesh.org"
 COLLECTION = {"networkchaos": "/apis/chaos-mesh.org/v1alpha1/namespaces/ray/networkchaos",
               "daemonsets": "/apis/apps/v1/namespaces/ray/daemonsets"}
-
-
-def _until(what: str, check: Callable[[], Any], bound_s: float = 120.0,
-           detail: Callable[[], Any] = lambda: "") -> Any:
-    """Poll ``check`` until it returns something truthy (the bound is for a busy box); at the
-    bound, ``detail()`` says what was seen."""
-    deadline = time.monotonic() + bound_s
-    while not (got := check()):
-        assert time.monotonic() < deadline, f"{what}: not within {bound_s:g} s {detail()}"
-        time.sleep(0.2)
-    return got
-
-
-def _demo_pods(b: testbed.Bed) -> list[tuple[str, str, bool, bool]]:
-    """(name, group, Ready, terminating) of the demo's pods, and its state: what a test left."""
-    rc = get(b, "/apis/ray.io/v1/namespaces/ray/rayclusters/demo") or {}
-    pods = get(b, "/api/v1/namespaces/ray/pods?labelSelector=ray.io%2Fcluster%3Ddemo") or {}
-    return [("state", str((rc.get("status") or {}).get("state")), True, False)] + [
-        (p["metadata"]["name"], p["metadata"]["labels"].get("ray.io/group", ""), _ready(p),
-         "deletionTimestamp" in p["metadata"]) for p in pods.get("items") or []]
 
 
 def _ray_pods(b: testbed.Bed) -> list[dict[str, Any]]:
@@ -79,31 +59,13 @@ def _template(b: testbed.Bed, group: str) -> dict[str, Any]:
         "template"])
 
 
-def _ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
-
-
-def _demo_whole(b: testbed.Bed) -> bool:
-    """The demo as the bed made it: ready to the operator, one Ready pod per group, nothing
-    terminating, no fault variable in any template or pod."""
-    rc = get(b, RAYCLUSTER) or {}
-    all_pods = get(b, f"{PODS}?labelSelector=ray.io%2Fcluster%3Ddemo")["items"]
-    kinds = sorted((p["metadata"]["labels"].get("ray.io/group"), _ready(p)) for p in all_pods)
-    templates = [rc["spec"]["headGroupSpec"]["template"],
-                 *(g["template"] for g in rc["spec"]["workerGroupSpecs"])]
-    return (rc.get("status") or {}).get("state") == "ready" and kinds == [
-        ("cpu", True), ("gpu", True), ("headgroup", True)] and not _carriers(b) and not any(
-        FLAG in json.dumps(t) for t in templates)
-
-
 @pytest.fixture(autouse=True)
 def demo_restored(simbed: testbed.Bed) -> Iterator[None]:
     """Every test starts from, and leaves, the demo whole."""
-    _until("the demo RayCluster whole", lambda: _demo_whole(simbed))
+    until("the demo RayCluster whole", lambda: demo_whole(simbed))
     yield
-    _until("the demo RayCluster whole again", lambda: _demo_whole(simbed), bound_s=300.0,
-           detail=lambda: _demo_pods(simbed))
+    until("the demo RayCluster whole again", lambda: demo_whole(simbed), bound_s=300.0,
+           detail=lambda: demo_pods(simbed))
 
 
 def _mutations(b: testbed.Bed, since: float) -> list[tuple[str, str]]:
@@ -121,7 +83,7 @@ def no_chaos_mesh(simbed: testbed.Bed) -> Iterator[None]:
     code, body = api.call("DELETE", f"{CRDS}/{NETWORKCHAOS_CRD}", timeout=30)
     assert code in (200, 404), body
     try:
-        _until("the NetworkChaos CRD gone", lambda: get(simbed, f"{CRDS}/{NETWORKCHAOS_CRD}")
+        until("the NetworkChaos CRD gone", lambda: get(simbed, f"{CRDS}/{NETWORKCHAOS_CRD}")
                is None, detail=lambda: (get(simbed, f"{CRDS}/{NETWORKCHAOS_CRD}") or {}).get(
                    "status"))
         yield
@@ -129,7 +91,7 @@ def no_chaos_mesh(simbed: testbed.Bed) -> Iterator[None]:
         [crd] = [p for p in build.chaos_mesh_crds() if p.stem.endswith("_networkchaos")]
         code, body = api.call("POST", CRDS, yaml.safe_load(crd.read_text()), timeout=30)
         assert code in (201, 409), body
-        _until("the NetworkChaos CRD Established", partial(
+        until("the NetworkChaos CRD Established", partial(
             testbed._established, api, NETWORKCHAOS_CRD))
 
 
@@ -152,9 +114,9 @@ def test_restart_with_env_recreates_the_pod_from_the_patched_template_and_back(s
     assert out["pods_deleted"] == [fresh] and out["templates_restored"] == ["gpu"]
     assert FLAG not in [e["name"] for e in _template(simbed, "gpu")["spec"]["containers"][
         0].get("env") or []]
-    _until("no pod with the variable, one gpu worker", lambda: _carriers(simbed) == [] and len(
+    until("no pod with the variable, one gpu worker", lambda: _carriers(simbed) == [] and len(
         _group_pods(simbed, "gpu")) == 1)
-    _until("the undo again, nothing left to delete",
+    until("the undo again, nothing left to delete",
            lambda: target.undo(record)["pods_deleted"] == [])  # idempotent
 
 
@@ -205,17 +167,17 @@ def _blackout(simbed: testbed.Bed, make_target: Callable[..., Any], chaos_mesh: 
             container = obj["spec"]["template"]["spec"]["containers"][0]
             assert "iptables" in container["command"][2] and container["env"][0]["value"]
             assert obj["metadata"]["name"] in json.dumps(record["undo"]), "recorded for undo"
-            placed = _until("the DaemonSet's pod on the victim's node", lambda: [
+            placed = until("the DaemonSet's pod on the victim's node", lambda: [
                 p for p in get(simbed, f"{PODS}?labelSelector=raychaos.io%2Ffault%3Dblackout")[
                     "items"]])
             assert {p["spec"]["nodeName"] for p in placed} == {
                 get(simbed, f"{PODS}/{victim}")["spec"]["nodeName"]}
         assert target.restore_network(record)["deleted"] == [obj["metadata"]["name"]]
-        _until(f"no {resource} left", lambda: _blackout_objects(simbed, resource) == [])
+        until(f"no {resource} left", lambda: _blackout_objects(simbed, resource) == [])
         assert target.undo(record)["deleted"] == []
     finally:
         target.undo(record)
-        _until("no blackout pod left", lambda: get(
+        until("no blackout pod left", lambda: get(
             simbed, f"{PODS}?labelSelector=raychaos.io%2Ffault%3Dblackout")["items"] == [])
 
 
