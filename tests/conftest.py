@@ -56,23 +56,21 @@ def loopback_http():
 #:
 #: - ``real-clusters``: every test that runs real Ray nodes, real pulls or qdiscs — the
 #:   integration tier (in the order tests/integration/conftest.py sets, sharing its warm local
-#:   cluster), then the k8s modules whose KubeRay worlds run real pods — one after another, as
-#:   in a serial run: their verdicts are calibrated on a box that runs one cluster at a time.
+#:   cluster), then ``tests/k8s/bed`` (the test bed, its pods real Ray nodes) — one after
+#:   another, as in a serial run: their verdicts are calibrated on a box that runs one cluster
+#:   at a time.
 #:   (Measured: with the two real tiers side by side the box had no idle CPU for minutes and the
 #:   local registry-throttle run failed twice — 5.5 % and 11.5 % of the storm's tasks failed,
 #:   p95 3.5 s and 7.2 s against 560 ms — where it passes alone.)
-#: - ``light``: the unit tier and the k8s modules whose worlds simulate their kubelets (no Ray,
-#:   no pods), at nice 19 and in a CPU group of weight 15 (``tests/_lanes.py``, which says why
-#:   nice alone did not do it): they use the CPU the real clusters leave idle (about 40 % of a
-#:   serial run's) instead of taking it from them.
+#: - ``light``: the unit tier and ``tests/k8s/simbed`` (the test bed's real control plane and
+#:   KubeRay operator with simulated nodes: no Ray, no pods running), at nice 19 and in a CPU
+#:   group of weight 15 (``tests/_lanes.py``, which says why nice alone did not do it): they use
+#:   the CPU the real clusters leave idle (about 40 % of a serial run's) instead of taking it
+#:   from them; and ``tests/k8s/test_e2e.py`` (opt-in: skipped unless a real cluster is given).
 #:
-#: A k8s module not named in ``SIMULATED_K8S`` runs in the real-clusters lane, and so does all of
-#: ``tests/k8s/bed`` (the test bed of real parts); ``tests/k8s/simbed`` (the bed's real control
-#: plane with simulated nodes: no Ray) runs in the light lane.
-SIMULATED_K8S = frozenset({
-    "test_e2e.py",
-    "test_workloads_operator.py", "test_world_api.py",
-    "test_world_golden.py"})
+#: Any other k8s module runs in the real-clusters lane, and so does all of ``tests/k8s/bed``
+#: (the test bed of real parts, its pods real Ray nodes).
+SIMULATED_K8S = frozenset({"test_e2e.py"})
 LIGHT_NICE = 19
 
 

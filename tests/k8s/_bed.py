@@ -1,7 +1,7 @@
 """The test bed for the k8s tier's real-clusters lane: what each module runs on it (``bed_run``:
 ``raychaos run`` as a user runs it, in its own process), what a run may not leave behind
 (``leftovers``), and the cluster back in shape between runs (``assert_clean``). The bed itself
-is the ``bed`` fixture (``tests/k8s/conftest.py``); a test that needs the demo RayCluster calls
+is the ``bed`` fixture (``tests/k8s/bed/conftest.py``); a test that needs the demo RayCluster calls
 :func:`ensure_demo` (a test before it may have deleted it)."""
 
 from __future__ import annotations
