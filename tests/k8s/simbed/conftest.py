@@ -160,3 +160,23 @@ def delete_all(b: testbed.Bed, paths: list[str]) -> None:
     for path in reversed(paths):
         code, body = api.call("DELETE", path)
         assert code in (200, 202, 404), (path, code, body)
+
+
+#: the verbs of a request that changes something (the audit log's, RBAC's)
+MUTATING = ("create", "update", "patch", "delete", "deletecollection")
+
+
+def mutations(b: testbed.Bed, since: float) -> list[tuple[str, str]]:
+    """(verb, path) of every changing request the kubeconfig's user sent since ``since``."""
+    return [(r["verb"], r["uri"].split("?")[0]) for r in b.requests(since)
+            if r["verb"] in MUTATING]
+
+
+@pytest.fixture
+def demo_restored(simbed: testbed.Bed) -> Iterator[None]:
+    """The test starts from, and leaves, the demo whole (a killed head is back, a recreated
+    worker Ready): for modules whose tests break the demo on purpose."""
+    until("the demo RayCluster whole", lambda: demo_whole(simbed))
+    yield
+    until("the demo RayCluster whole again", lambda: demo_whole(simbed), bound_s=300.0,
+          detail=lambda: demo_pods(simbed))

@@ -9,9 +9,7 @@ import time
 import pytest
 
 from raychaos.cli import main
-from tests.k8s.simbed.conftest import REPO
-
-MUTATING = ("create", "update", "patch", "delete", "deletecollection")
+from tests.k8s.simbed.conftest import MUTATING, REPO
 
 
 @pytest.mark.parametrize("experiment,expected", [

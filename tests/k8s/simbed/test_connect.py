@@ -27,14 +27,22 @@ from raychaos.errors import ConfigError, TargetUnavailable
 from raychaos.targets.kubernetes.target import KubernetesTarget
 from raychaos.testbed import bed as testbed
 from raychaos.testbed.audit import USER
-from tests.k8s.simbed.conftest import REPO, Rules, admin, delete_all, get, narrowed_account, until
+from tests.k8s.simbed.conftest import (
+    MUTATING,
+    REPO,
+    Rules,
+    admin,
+    delete_all,
+    get,
+    narrowed_account,
+    until,
+)
 
 pytestmark = pytest.mark.k8s
 
 NS = "ray"
 RC = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/raychaos-demo"
-MUTATING = ("create", "update", "patch", "delete", "deletecollection")
 
 
 @pytest.fixture

@@ -20,28 +20,13 @@ from raychaos.errors import FaultFailed
 from raychaos.targets.kubernetes import head as k8s_head
 from raychaos.targets.kubernetes.streams import ExecResult, exit_status
 from raychaos.testbed import bed as testbed
-from tests.k8s.simbed.conftest import admin, demo_pods, demo_whole, get, ready, until
+from tests.k8s.simbed.conftest import admin, get, mutations, ready, until
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.usefixtures("demo_restored")]
 
-MUTATING = ("create", "update", "patch", "delete", "deletecollection")
 PODS = "/api/v1/namespaces/ray/pods"
 HEADS = f"{PODS}?labelSelector=ray.io%2Fcluster%3Ddemo%2Cray.io%2Fnode-type%3Dhead"
 JSON_PATCH = "application/json-patch+json"
-
-
-@pytest.fixture(autouse=True)
-def demo_restored(simbed: testbed.Bed) -> Iterator[None]:
-    """Every test starts from, and leaves, the demo whole (a killed head is back)."""
-    until("the demo RayCluster whole", lambda: demo_whole(simbed))
-    yield
-    until("the demo RayCluster whole again", lambda: demo_whole(simbed), bound_s=300.0,
-           detail=lambda: demo_pods(simbed))
-
-
-def _mutations(b: testbed.Bed, since: float) -> list[tuple[str, str]]:
-    return [(r["verb"], r["uri"].split("?")[0]) for r in b.requests(since)
-            if r["verb"] in MUTATING]
 
 
 def _head(b: testbed.Bed) -> dict[str, Any]:
@@ -62,7 +47,7 @@ def test_kill_head_pod_deletes_with_grace_in_the_body_and_the_watch_sees_a_new_u
     assert back["back"] and back["uid_changed"] and back["via"] == "watch", back
     assert back["new_uid"] != old["uid"] and back["old_uid"] == old["uid"]
     sent = simbed.requests(since)
-    assert _mutations(simbed, since) == [("delete", f"{PODS}/{old['pod']}")], sent
+    assert mutations(simbed, since) == [("delete", f"{PODS}/{old['pod']}")], sent
     watches = [r["uri"] for r in sent if r["verb"] == "watch"]
     assert watches and "resourceVersion=" in watches[0], sent
     assert target.undo(record)["undone"]
@@ -122,7 +107,7 @@ def test_kill_head_unknown_mode(simbed, target):
     since = time.time()
     with pytest.raises(FaultFailed, match="unknown mode 'nuke'"):
         target.kill_head("nuke", {})
-    assert _mutations(simbed, since) == []
+    assert mutations(simbed, since) == []
 
 
 @pytest.mark.parametrize("mode", ["gcs", "head"])
@@ -212,7 +197,7 @@ def test_kill_gcs_plans_exec_in_dry_run(simbed, make_target):
         "method": "POST", "path": f"/api/v1/namespaces/ray/pods/{old['pod']}/exec",
         "body": {"container": "ray-head", "command": ["pkill", "-KILL", "gcs_server"]}}]
     sent = simbed.requests(since)
-    assert sent and _mutations(simbed, since) == [], sent
+    assert sent and mutations(simbed, since) == [], sent
     assert not [r for r in sent if r["resource"] == "pods/exec"], sent
 
 
@@ -227,7 +212,7 @@ def test_protected_head_is_refused(simbed, target):
         with pytest.raises(FaultFailed, match=r"kill_head: refusing to touch pod demo-head-\w+: "
                                               r"labelled raychaos.io/protected=true"):
             target.kill_head("pod", {})
-        assert _mutations(simbed, since) == []
+        assert mutations(simbed, since) == []
         assert _head(simbed)["metadata"]["name"] == name
     finally:
         code, body = admin(simbed).call(

@@ -21,13 +21,12 @@ from raychaos.errors import ConfigError, FaultFailed
 from raychaos.targets.kubernetes import rayfaults
 from raychaos.testbed import bed as testbed
 from raychaos.testbed import build
-from tests.k8s.simbed.conftest import REPO, admin, demo_pods, demo_whole, get, until
+from tests.k8s.simbed.conftest import REPO, admin, get, mutations, until
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.usefixtures("demo_restored")]
 
 FLAG = "RAY_testing_rpc_failure"
 SPEC = json.dumps({"*": {"num_failures": -1, "req_failure_prob": 10}})
-MUTATING = ("create", "update", "patch", "delete", "deletecollection")
 PODS = "/api/v1/namespaces/ray/pods"
 RAYCLUSTER = "/apis/ray.io/v1/namespaces/ray/rayclusters/demo"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -57,20 +56,6 @@ def _template(b: testbed.Bed, group: str) -> dict[str, Any]:
         return dict(spec["headGroupSpec"]["template"])
     return dict(next(g for g in spec["workerGroupSpecs"] if g["groupName"] == group)[
         "template"])
-
-
-@pytest.fixture(autouse=True)
-def demo_restored(simbed: testbed.Bed) -> Iterator[None]:
-    """Every test starts from, and leaves, the demo whole."""
-    until("the demo RayCluster whole", lambda: demo_whole(simbed))
-    yield
-    until("the demo RayCluster whole again", lambda: demo_whole(simbed), bound_s=300.0,
-           detail=lambda: demo_pods(simbed))
-
-
-def _mutations(b: testbed.Bed, since: float) -> list[tuple[str, str]]:
-    return [(r["verb"], r["uri"].split("?")[0]) for r in b.requests(since)
-            if r["verb"] in MUTATING]
 
 
 @pytest.fixture(scope="class")
@@ -196,7 +181,7 @@ def _dry_run(simbed: testbed.Bed, capsys: pytest.CaptureFixture[str],
     assert "would fail" not in out, out
     sent = simbed.requests(since)
     assert sent, "the audit log saw none of the run's requests"
-    assert _mutations(simbed, since) == [], "a dry run sent a mutating request"
+    assert mutations(simbed, since) == [], "a dry run sent a mutating request"
 
 
 def test_a_blackout_cut_is_a_networkchaos_partition_and_restore_deletes_it(
@@ -254,4 +239,4 @@ def test_the_saturated_shuffle_plans_a_networkchaos_with_its_deep_queue(simbed, 
     assert code == 0, out
     assert "POST /apis/chaos-mesh.org/v1alpha1/namespaces/ray/networkchaos" in out, out
     assert '"limit": 1250000, "rate": "2mbit"' in caplog.text, caplog.text  # the whole body
-    assert simbed.requests(since) and _mutations(simbed, since) == []
+    assert simbed.requests(since) and mutations(simbed, since) == []

@@ -25,12 +25,11 @@ from raychaos.targets.kubernetes.safety import CORDONED_BY, PROTECTED, RUN_ID, r
 from raychaos.targets.kubernetes.target import KubernetesTarget
 from raychaos.testbed import bed as testbed
 from raychaos.testbed.node.kubelet import go_duration
-from tests.k8s.simbed.conftest import admin, get, until
+from tests.k8s.simbed.conftest import MUTATING, admin, get, until
 
 pytestmark = pytest.mark.k8s
 
 NS = "ray"
-MUTATING = ("create", "update", "patch", "delete", "deletecollection")
 DS = f"/apis/apps/v1/namespaces/{NS}/daemonsets"
 PODS = f"/api/v1/namespaces/{NS}/pods"
 EVENTS = f"/api/v1/namespaces/{NS}/events"

@@ -26,14 +26,13 @@ from raychaos.errors import TargetUnavailable
 from raychaos.targets.kubernetes.owner import ServeServiceResolver
 from raychaos.targets.kubernetes.target import KubernetesTarget
 from raychaos.testbed import bed as testbed
-from tests.k8s.simbed.conftest import REPO, admin, get, until
+from tests.k8s.simbed.conftest import MUTATING, REPO, admin, get, until
 
 pytestmark = pytest.mark.k8s
 
 NS = "ray"
 RAY = f"/apis/ray.io/v1/namespaces/{NS}"
 PODS = f"/api/v1/namespaces/{NS}/pods"
-MUTATING = ("create", "update", "patch", "delete", "deletecollection")
 IMAGE = "rayproject/ray:2.60.0"
 SMALL = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}
 
