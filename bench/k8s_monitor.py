@@ -39,7 +39,7 @@ __all__ = ["main"]
 def measure(b: testbed.Bed, t: KubernetesTarget, fn: Callable[[], object], n: int) -> dict:
     fn()  # warm: connections, the informer's first list
     since = time.time()
-    fwd = t.handle.forwards["dashboard"].stats["connections"]
+    fwd = _forward_connections(t)
     walls, cpus = [], []
     for _ in range(n):
         c0, t0 = time.process_time(), time.perf_counter()
@@ -50,7 +50,12 @@ def measure(b: testbed.Bed, t: KubernetesTarget, fn: Callable[[], object], n: in
     return {"wall_ms": statistics.median(walls) * 1e3, "p95_wall_ms": sorted(walls)[
         int(0.95 * (n - 1))] * 1e3, "cpu_ms": statistics.mean(cpus) * 1e3,
         "api_requests": len(b.requests(since)) / n,
-        "new_forward_connections": t.handle.forwards["dashboard"].stats["connections"] - fwd}
+        "new_forward_connections": _forward_connections(t) - fwd}
+
+
+def _forward_connections(t: KubernetesTarget) -> int:
+    forward = t.handle.forwards.get("dashboard")
+    return int(forward.stats["connections"]) if forward else 0
 
 
 def seed(b: testbed.Bed, nodes: int, pods: int) -> None:
@@ -79,6 +84,10 @@ def main() -> None:
             t = KubernetesTarget(KubernetesSpec(cluster="demo", namespace="ray",
                                                 kubeconfig=str(b.kubeconfig)), run_id="bench")
             t.connect()
+            deadline = time.monotonic() + 300
+            while not t.gcs_alive(5.0):  # the demo's GCS answers through the forward
+                assert time.monotonic() < deadline, "the demo's GCS never answered"
+                time.sleep(1.0)
             clock = Clock()
             mon = Monitor(t, Timeline(Path(tmp) / "timeline.jsonl", clock), clock, 0.2)
             api = t._api()
