@@ -71,7 +71,7 @@ def sim_drain(root: str) -> dict:
         [rc] = [d for d in docs if d["kind"] == "RayCluster"]
         rc["spec"].pop("gcsFaultToleranceOptions", None)  # no Redis: nothing runs here
         rc["spec"]["workerGroupSpecs"][0].update(replicas=32, maxReplicas=32)
-        client = testbed.ApiClient(b.server, b.token, b.root / "certs" / "apiserver.crt")
+        client = b.admin()
         code, body = client.call("POST", "/apis/ray.io/v1/namespaces/ray/rayclusters", rc)
         assert code == 201, body
         wait_cluster(b, "demo", 300, pods=34)

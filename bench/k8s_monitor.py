@@ -60,7 +60,7 @@ def _forward_connections(t: KubernetesTarget) -> int:
 
 def seed(b: testbed.Bed, nodes: int, pods: int) -> None:
     """``nodes`` Nodes and ``pods`` pods bound to them in ``ray`` (API objects: no kubelet)."""
-    api = testbed.ApiClient(b.server, b.token, b.root / "certs" / "apiserver.crt")
+    api = b.admin()
     for i in range(nodes):
         code, body = api.call("POST", "/api/v1/nodes", {"metadata": {
             "name": f"seed-{i}", "labels": {"raychaos.io/node-pool": "seed"}}})

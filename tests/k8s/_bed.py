@@ -113,7 +113,7 @@ class _PatientClient(testbed.ApiClient):
 
 
 def api(b: testbed.Bed) -> testbed.ApiClient:
-    return _PatientClient(b.server, b.token, b.root / "certs" / "apiserver.crt")
+    return _PatientClient(b.server, b.token, b.ca)
 
 
 def run_experiment(kubeconfig: str | Path, namespace: str, exp: Path, results: Path,

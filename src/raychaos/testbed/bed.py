@@ -92,6 +92,15 @@ class Bed:
     ports: dict[str, int]
     cluster: str | None = None  # the RayCluster up created (with nodes)
 
+    @property
+    def ca(self) -> Path:
+        """The certificate the API server serves (the kubeconfigs trust it)."""
+        return self.root / "certs" / "apiserver.crt"
+
+    def admin(self) -> ApiClient:
+        """The bed's own admin client (not audited: not the kubeconfig's user)."""
+        return ApiClient(self.server, self.token, self.ca)
+
     def requests(self, since: float = 0.0, user: str = USER) -> list[dict[str, Any]]:
         """``user``'s requests the API server logged (its audit log; the kubeconfig's user, or
         ``system:serviceaccount:<ns>:<name>``), one per request, in order: ``t`` (the
@@ -108,16 +117,14 @@ class Bed:
         """Write a kubeconfig at ``path`` that authenticates as ServiceAccount
         ``namespace/name`` (a token from the TokenRequest API, valid ``hours``): a run under it
         has exactly the rights its Roles grant (``deploy/rbac.yaml``), as in a real cluster."""
-        api = ApiClient(self.server, self.token, self.root / "certs" / "apiserver.crt")
-        code, body = api.call("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/"
-                              "token", {"apiVersion": "authentication.k8s.io/v1",
-                                        "kind": "TokenRequest",
-                                        "spec": {"expirationSeconds": hours * 3600}})
+        code, body = self.admin().call(
+            "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+             "spec": {"expirationSeconds": hours * 3600}})
         if code != 201:
             raise BedError(f"a token for ServiceAccount {namespace}/{name} answered {code}: "
                            f"{body}")
-        write_kubeconfig(path, self.server, self.root / "certs" / "apiserver.crt",
-                         body["status"]["token"], namespace,
+        write_kubeconfig(path, self.server, self.ca, body["status"]["token"], namespace,
                          f"system:serviceaccount:{namespace}:{name}")
         return path
 

@@ -251,7 +251,7 @@ def test_an_api_server_away_for_a_moment_is_waited_out_not_a_failed_kill(simbed,
 
 def _first_event_from_rv_1(b: testbed.Bed) -> dict[str, Any]:
     """The first event of a watch on the namespace's pods from resourceVersion 1."""
-    ctx = ssl.create_default_context(cafile=str(b.root / "certs" / "apiserver.crt"))
+    ctx = ssl.create_default_context(cafile=str(b.ca))
     url = f"{b.server}{PODS}?watch=true&resourceVersion=1&timeoutSeconds=1"
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {b.token}"})
     with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
