@@ -19,7 +19,8 @@ RUN pip install \
         "matplotlib>=3.8" \
         "plotly>=5.22" \
         "psutil>=5.9" \
-        "scipy>=1.11"
+        "scipy>=1.11" \
+        "websocket-client>=1.8"
 
 # The project, with its catalog (loads, experiments, SLO profiles) as package data and as /app,
 # where the CronJob's working directory and results PVC are.

@@ -37,6 +37,11 @@ FIGURES: dict[str, float] = {}
 #: As the local catalog test (and the shipped head-kill files): five samples a second, the most
 #: the harness allows.
 MONITOR_INTERVAL_S = 0.2
+#: The most a run here waits for its recovery window (the shipped files' bound, 10 s at least):
+#: a bound, not a wait — the window ends once the loads are back and the checks have their
+#: samples. At 10 s the Serve p95 after a head kill (60 requests at 5/s, read once the
+#: outage's backlog drained) was inconclusive in every bed run (55-59 of its 60): never judged.
+RECOVERY_BOUND_S = 25.0
 
 
 def variant(src: str, dest: Path, mode: str | None = None, edit=None) -> Path:  # noqa: ANN001
@@ -45,8 +50,10 @@ def variant(src: str, dest: Path, mode: str | None = None, edit=None) -> Path:  
     data = yaml.safe_load((REPO / "experiments" / f"{src}.yaml").read_text())
     block = next(e for e in data["extensions"] if e.get("name") == "raychaos")
     block.pop("target", None)  # the command line says where
+    shipped = float(block.get("monitor", {}).get("recovery_window_s", 10))
     block["monitor"] = {**block.get("monitor", {}), "interval_s": MONITOR_INTERVAL_S,
-                        "settle_s": 3, "recovery_window_s": 10}
+                        "settle_s": 3,
+                        "recovery_window_s": min(max(shipped, 10), RECOVERY_BOUND_S)}
     if mode:
         act = next(a for a in data["method"] if a["provider"]["func"] == "kill_head")
         act["provider"].setdefault("arguments", {})["mode"] = mode
@@ -257,7 +264,12 @@ def demo_spec() -> dict[str, Any]:
 
 
 def delete_and_wait(b: testbed.Bed, plural: str, name: str, timeout: float = 180) -> None:
-    """Delete a KubeRay object and wait until it and every pod of its clusters are gone."""
+    """Delete a KubeRay object and wait until it and every pod of its clusters are gone.
+
+    A test's clean-up, not a fault: each Ray pod the garbage collector deletes (with its 30 s
+    grace) is deleted again with a grace of 1 s, as ``kubectl delete --grace-period=1`` would.
+    KubeRay's Ray containers run bash as PID 1, which ignores SIGTERM (KubeRay #503), so each
+    pod would otherwise take its whole 30 s, and the bed's tests swap clusters a dozen times."""
     client = api(b)
     path = f"/apis/ray.io/v1/namespaces/{NS}/{plural}/{name}"
     code, body = client.call("DELETE", path, {"propagationPolicy": "Foreground"})
@@ -269,6 +281,13 @@ def delete_and_wait(b: testbed.Bed, plural: str, name: str, timeout: float = 180
                                      "node-type")
         if gone and not pods["items"]:
             return
+        for pod in pods["items"]:
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp") and (meta.get("deletionGracePeriodSeconds")
+                                                  or 0) > 1:
+                client.call("DELETE", f"/api/v1/namespaces/{NS}/pods/{meta['name']}",
+                            {"gracePeriodSeconds": 1,
+                             "preconditions": {"uid": meta["uid"]}})
         time.sleep(2)
     raise AssertionError(f"{plural}/{name} or its pods still there after {timeout:.0f} s")
 

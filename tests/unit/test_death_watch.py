@@ -122,3 +122,50 @@ def test_the_probe_asks_again_for_a_gone_raylet_the_watch_could_not_yet_read(tmp
     probe = _probe_with(tmp_path / "b", target, killed)
     assert probe["verdict"] == "pass", probe
     assert probe["evidence"]["raylet_not_alive"][0]["node"] == "worker-1"
+
+
+def test_a_raylet_the_check_got_no_answer_about_is_judged_by_its_log(tmp_path):
+    """Seen in CI on the bed (a saturated link under a shuffle): the exec that asks for the
+    raylet got no answer (None), the raylet had logged twice that the GCS marked it dead, and
+    the verdict read "unknown" for what its own evidence showed was a false death."""
+    target = Stub()
+    watch = DeathWatch(target, Timeline(tmp_path / "t.jsonl", Clock()))  # type: ignore[arg-type]
+    watch.observe([node("worker-1", "ALIVE"), node("worker-2", "ALIVE")])
+    assert watch._baseline is not None
+    watch._baseline.join(timeout=5)
+    target.lines["worker-1"] = 4  # two lines since the watch began; worker-2 none
+    deaths = watch.report([node("worker-1", "DEAD"), node("worker-2", "DEAD")], seen_at=5.0)
+    assert {d["name"]: (d["raylet_alive"], d["told_marked_dead"]) for d in deaths} == {
+        "worker-1": (None, True), "worker-2": (None, False)}
+
+    # the probe, from the timeline alone: the watch's read said nothing yet, its own says two
+    target = Stub()
+    target.lines = {"worker-1": 0, "worker-2": 0, "head": 0}
+    watch = DeathWatch(target, None)  # type: ignore[arg-type]
+
+    def record(line: Timeline) -> None:
+        watch.timeline = line
+        watch._read_baseline(["worker-1", "worker-2"])
+        target.lines["worker-1"] = 2
+        for name in ("worker-1", "worker-2"):
+            line.write("event", t=5.0, event=Ev.NODE_DEAD, name=name,
+                       detail={"node_id": f"id-{name}", "raylet_alive": None})
+
+    probe = _probe_with(tmp_path / "p", target, record)
+    assert probe["verdict"] == "fail", probe
+    [d] = probe["evidence"]["false"]
+    assert d["node"] == "worker-1" and "2 such lines now, 0 when" in d["told_seen"]
+    # worker-2 logged nothing and was not asked in time: still not known, and said so
+    assert probe["evidence"]["unobserved"] == ["worker-2 (id-worker-2)"]
+
+    # without a false one, that unanswered death leaves the verdict unknown, not pass
+    target.lines = {"worker-1": 0, "worker-2": 0, "head": 0}
+
+    def unanswered(line: Timeline) -> None:
+        watch.timeline = line
+        watch._read_baseline(["worker-2"])
+        line.write("event", t=5.0, event=Ev.NODE_DEAD, name="worker-2",
+                   detail={"node_id": "id-worker-2", "raylet_alive": None})
+
+    probe = _probe_with(tmp_path / "q", target, unanswered)
+    assert probe["verdict"] == "unknown", probe

@@ -120,7 +120,12 @@ def test_slow_gcs_latency_probe_passes_before_and_fails_after(run):
 def test_a_blackout_cycles_and_a_false_death_fails_the_probe(run):
     r = run(blackout_kills=True)
     ev = blackout(nodes=["worker-1"], down_s=0.2, every_s=0.4, count=2)
-    assert ev["cycles_run"] == 2 and all(0.15 <= c["down_s"] < 0.4 for c in ev["cycles"])
+    # each cycle down for (at least about) its down_s, restored before the next began: the
+    # order, not an upper bound on a sleep (a loaded box overslept 0.2 s by 0.2 s once, in CI)
+    cycles = ev["cycles"]
+    assert ev["cycles_run"] == 2 and all(c["down_s"] >= 0.15 for c in cycles)
+    assert all(c["down_at_t"] < c["up_at_t"] for c in cycles)
+    assert cycles[0]["up_at_t"] <= cycles[1]["down_at_t"]
     assert _events(r).count("blackout_down") == 2 == _events(r).count("blackout_up")
     found = false_node_deaths(settle_s=0.3)
     assert found["false_deaths"] >= 1 and r.probes[-1]["verdict"] == "fail"
@@ -147,8 +152,10 @@ def test_a_stop_request_ends_a_background_blackout_at_once_and_gives_the_network
     thread.start()
     time.sleep(0.3)
     r.stopping.set()
-    thread.join(timeout=5)
-    assert time.monotonic() - t0 < 3 and result["stopped_early"] and result["cycles_run"] == 1
+    thread.join(timeout=20)
+    # at once, against the 25 s its three cycles take (a loose bound: the light lane runs at
+    # nice 19); that it stopped early is the evidence's own word
+    assert time.monotonic() - t0 < 15 and result["stopped_early"] and result["cycles_run"] == 1
     assert ("restore_network", None) in r.target.calls and not r.target.cut
 
 

@@ -223,3 +223,47 @@ def test_only_a_first_start_waits_its_turn_a_restart_goes_at_once(tmp_path):
     kubelet.starting.pop("worker")  # the worker is Ready
     gated.join(10)
     assert not gated.is_alive() and "head" in kubelet.starting
+
+
+class _Container:
+    """A container that ignores SIGTERM (bash as PID 1, KubeRay #503) until SIGKILL."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+
+    def exit_code(self) -> int | None:
+        return None
+
+    def signal_init(self, sig: int) -> None:
+        self.signals.append(sig)
+
+
+def test_a_pod_deleted_again_with_a_shorter_grace_is_stopped_within_that_grace():
+    """`kubectl delete --grace-period=1` on a pod already terminating with 30 s: the agent
+    takes the shorter grace (never a longer one), and the pod worker kills within it."""
+    import signal
+    import time
+    from types import SimpleNamespace
+
+    from raychaos.testbed.node.podworker import PodWorker
+
+    pods = LocalPods()
+    pods.put("head-0", _pod())
+    assert pods.delete("u1", 30) and pods.delete("u1", 60)
+    assert pods.store.get("pods", "ray", "demo-head-abc")["metadata"][
+        "deletionGracePeriodSeconds"] == 30  # a longer grace never extends it
+    kubelet = SimpleNamespace(api=SimpleNamespace(store=pods.store), state_dir=Path("/nonexistent"),
+                              events=lambda *a, **k: None)
+    worker = PodWorker(kubelet, "ray", "demo-head-abc", "u1", "head-0")
+    worker.containers = {"ray-head": _Container()}  # type: ignore[dict-item]
+    shorten = threading.Timer(0.5, lambda: pods.delete("u1", 1))
+    shorten.start()
+    t0 = time.monotonic()
+    try:
+        worker._terminate(pods.store.get("pods", "ray", "demo-head-abc"))
+    finally:
+        shorten.cancel()
+    took = time.monotonic() - t0
+    # the first grace (30 s) gave way to the second (1 s, from when it came): SIGTERM again
+    assert 1.4 <= took < 20, took  # well inside the first grace's 30 s, on a starved lane too
+    assert worker.containers["ray-head"].signals[:2] == [signal.SIGTERM, signal.SIGTERM]

@@ -6,7 +6,8 @@ was running fine loses every task and object on it (the raylet then exits by its
 manager has mistakenly been marked as dead"). The monitor checks, at the moment it sees a node ID
 turn DEAD, whether that node's raylet process still runs (``node_dead`` events,
 :mod:`raychaos.observe.signals`); this probe counts the ones that did. A raylet already gone
-then is false too when it logged that line since the run began: the watch counts the lines at
+then, or one the check got no answer about (an exec that timed out on a loaded node), is false
+too when it logged that line since the run began: the watch counts the lines at
 once, and this probe counts them again (a restarting container's log may not be readable at
 the moment of the death) against the watch's first read (the ``signals`` record
 ``marked_dead_baseline``). The SLO ``false_node_deaths == 0`` makes a blackout or a saturated
@@ -55,15 +56,16 @@ def false_node_deaths(settle_s: Annotated[float, Range(0, 600)] = 2.0) -> dict[s
          and isinstance(r.get("marked_dead_baseline"), dict)), {})
     for d in deaths:
         node = str(d["node"])
-        if (d["raylet_alive"] is False and not d.get("told_marked_dead") and node in before
+        if (d["raylet_alive"] is not True and not d.get("told_marked_dead") and node in before
                 and isinstance(knew.get(node), int) and knew[node] > before[node]):
             d["told_marked_dead"] = True
             d["told_seen"] = (f"by this probe: {knew[node]} such lines now, "
                               f"{before[node]} when the watch began")
-    # false: the raylet ran when the death was seen — or had already exited, having logged
-    # (since the run began) that the GCS marked it dead: it was alive when the GCS declared it
+    # false: the raylet ran when the death was seen — or, gone or not asked in time (an exec
+    # with no answer), it logged since the run began that the GCS marked it dead: it was alive
+    # when the GCS declared it
     false = [d for d in deaths if d["raylet_alive"] is True or d.get("told_marked_dead")]
-    unknown = [d for d in deaths if d["raylet_alive"] is None]
+    unknown = [d for d in deaths if d["raylet_alive"] is None and not d.get("told_marked_dead")]
     evidence: dict[str, Any] = {
         "false_deaths": len(false), "deaths": len(deaths), "false": false,
         "raylet_not_alive": [d for d in deaths if d["raylet_alive"] is False
@@ -74,3 +76,4 @@ def false_node_deaths(settle_s: Annotated[float, Range(0, 600)] = 2.0) -> dict[s
     verdict = "fail" if false else "unknown" if unknown else "pass"
     run.record_probe("false_node_deaths", verdict, evidence)
     return evidence
+

@@ -45,10 +45,13 @@ def rollback_results_dir(run_dir: Path) -> dict[str, Any]:
     if not ledger.outstanding():
         return {"undone": []}
     target = target_from_description(ledger.data["target"])
-    result = undo_ledger(ledger, target)
-    # the crashed run's lock goes too: nothing left behind
-    result["lock_cleared"] = target.run_lock().clear_stale(ledger.data.get("run_id", ""))
-    return result
+    try:
+        result = undo_ledger(ledger, target)
+        # the crashed run's lock goes too: nothing left behind
+        result["lock_cleared"] = target.run_lock().clear_stale(ledger.data.get("run_id", ""))
+        return result
+    finally:  # its watch, port-forwards and connections (rollback_all makes one per folder)
+        target.close()
 
 
 def rollback_all(root: Path) -> dict[str, Any]:

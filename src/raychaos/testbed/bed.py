@@ -253,15 +253,15 @@ def up(name: str = "default", namespace: str = "ray", say: Callable[[str], None]
             str(bins["kube-scheduler"]), *common, "--secure-port", str(ports["scheduler"])],
             cpu=cpu)
         write_pids(root, pids)
-        crd_files = [*sorted(crds.glob("*.yaml")), *chaos_crds]
-        for crd in crd_files:
+        crd_docs = {crd.name: yaml.safe_load(crd.read_text())
+                    for crd in [*sorted(crds.glob("*.yaml")), *chaos_crds]}
+        for file, doc in crd_docs.items():
             code, body = api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                                  yaml.safe_load(crd.read_text()), timeout=30)
+                                  doc, timeout=30)
             if code not in (201, 409):
-                raise BedError(f"creating the CRD in {crd.name} answered {code}: {body}")
-        for crd in crd_files:
-            group, plural = crd.stem.split("_", 1)
-            _wait(f"the CRD {plural}.{group}", partial(_established, api, f"{plural}.{group}"),
+                raise BedError(f"creating the CRD in {file} answered {code}: {body}")
+        for doc in crd_docs.values():
+            _wait(f"the CRD {doc['metadata']['name']}", partial(_established, api, doc),
                   pids["kube-apiserver"], root / "logs" / "kube-apiserver.log", 60)
         code, body = api.call("POST", "/api/v1/namespaces",
                               {"apiVersion": "v1", "kind": "Namespace",
@@ -365,11 +365,20 @@ def _cleanup_nodes(name: str) -> list[str]:
     return cleanup_host(world_name(name))
 
 
-def _established(api: ApiClient, name: str) -> bool:
+def _established(api: ApiClient, crd: dict[str, Any]) -> bool:
+    """The CRD is Established and its resources can be listed: Established alone comes before
+    the API server's storage for them is ready (a list then answers 429 "storage is
+    (re)initializing", seen by a test's first request on a loaded machine)."""
+    name, spec = crd["metadata"]["name"], crd["spec"]
     code, body = api.call("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
                                  f"{name}")
-    return code == 200 and any(c.get("type") == "Established" and c.get("status") == "True"
-                               for c in (body.get("status") or {}).get("conditions") or [])
+    if code != 200 or not any(c.get("type") == "Established" and c.get("status") == "True"
+                              for c in (body.get("status") or {}).get("conditions") or []):
+        return False
+    version = next(v["name"] for v in spec["versions"] if v.get("storage"))
+    code, _ = api.call("GET", f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
+                              f"?limit=1")
+    return code == 200
 
 
 def _load(name: str) -> dict[str, Any]:

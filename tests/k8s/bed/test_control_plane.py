@@ -215,6 +215,11 @@ def test_a_head_kill_without_gcs_ft_fails_and_names_what_was_lost(bed, tmp_path)
         assert probes["sentinel_preserved"]["verdict"] == "fail"
         assert probes["job_survival"]["evidence"]["lost"] == ["task_storm"]
         assert probes["gcs_recovery"]["evidence"]["workers_lost"], "workers kept their IDs?"
+        # known gone for good once the GCS was back (absent from the new GCS's table): the probe
+        # ended then, not at its timeout
+        recovery = probes["gcs_recovery"]["evidence"]
+        assert set(recovery["workers_gone"]) == set(recovery["workers_before"]), recovery
+        assert recovery["nodes_settled_s"] is not None, recovery
         failed = {s["name"] for s in summary["slos"] if s["verdict"] == "fail"}
         assert {"sentinel-actor-preserved", "load-jobs-survive", "workers-reregister"} <= failed
         assert leftovers(bed) == []

@@ -106,7 +106,10 @@ def test_a_blackout_the_eager_gcs_does_not_ride_out_is_a_false_death(eager, tmp_
                               lambda d: _method_args(d, "blackout").update(count=1))
     deaths = _false_deaths(summary)
     assert deaths["verdict"] == "fail" and deaths["evidence"]["false_deaths"] >= 1, deaths
-    assert all(d["raylet_alive"] for d in deaths["evidence"]["false"])
+    # its raylet ran when the death was seen; or, the exec that asks got no answer in time on
+    # a loaded node (or the raylet had already obeyed), it logged being marked dead itself
+    assert all(d["raylet_alive"] is True or d.get("told_marked_dead")
+               for d in deaths["evidence"]["false"]), deaths
     rows = {s["name"]: s for s in summary["slos"]}
     assert rows["no-false-node-deaths"]["verdict"] == "fail" and code == 1, out[-3000:]
     assert_clean(eager, CLUSTER)

@@ -41,6 +41,26 @@ def simbed(bed_state: Path) -> Iterator[testbed.Bed]:
         assert set(stopped) >= {"kube-apiserver", "kuberay-operator", "sim-nodes"}, stopped
 
 
+@pytest.fixture(autouse=True)
+def _targets_closed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every KubernetesTarget a test connects is closed after it, however the test made it (a
+    module's own helper, the harness run in-process): an open one keeps its pod informer and
+    its port-forwards running for the rest of the lane (22 such threads were left at its end)."""
+    from raychaos.targets.kubernetes.target import KubernetesTarget
+
+    connected: list[KubernetesTarget] = []
+    connect = KubernetesTarget.connect
+
+    def tracked(self: KubernetesTarget) -> None:
+        connected.append(self)
+        connect(self)
+
+    monkeypatch.setattr(KubernetesTarget, "connect", tracked)
+    yield
+    for t in connected:
+        t.close()
+
+
 @pytest.fixture
 def make_target(simbed: testbed.Bed):  # noqa: ANN201
     """Build (and connect) a target against the sim bed's demo; keywords go to KubernetesSpec."""

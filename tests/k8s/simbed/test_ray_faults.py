@@ -18,7 +18,7 @@ import yaml
 
 from raychaos.cli import main
 from raychaos.errors import ConfigError, FaultFailed
-from raychaos.targets.kubernetes import rayfaults
+from raychaos.targets.kubernetes import blackout
 from raychaos.testbed import bed as testbed
 from raychaos.testbed import build
 from tests.k8s.simbed.conftest import REPO, admin, get, mutations, until
@@ -74,10 +74,12 @@ def no_chaos_mesh(simbed: testbed.Bed) -> Iterator[None]:
         yield
     finally:
         [crd] = [p for p in build.chaos_mesh_crds() if p.stem.endswith("_networkchaos")]
-        code, body = api.call("POST", CRDS, yaml.safe_load(crd.read_text()), timeout=30)
+        doc = yaml.safe_load(crd.read_text())
+        assert doc["metadata"]["name"] == NETWORKCHAOS_CRD
+        code, body = api.call("POST", CRDS, doc, timeout=30)
         assert code in (201, 409), body
-        until("the NetworkChaos CRD Established", partial(
-            testbed._established, api, NETWORKCHAOS_CRD))
+        until("the NetworkChaos CRD Established and served", partial(
+            testbed._established, api, doc))
 
 
 def test_restart_with_env_recreates_the_pod_from_the_patched_template_and_back(simbed,
@@ -99,8 +101,11 @@ def test_restart_with_env_recreates_the_pod_from_the_patched_template_and_back(s
     assert out["pods_deleted"] == [fresh] and out["templates_restored"] == ["gpu"]
     assert FLAG not in [e["name"] for e in _template(simbed, "gpu")["spec"]["containers"][
         0].get("env") or []]
+    # the undo itself waited for this (it deletes a replacement made from a stale template)
     until("no pod with the variable, one gpu worker", lambda: _carriers(simbed) == [] and len(
-        _group_pods(simbed, "gpu")) == 1)
+        _group_pods(simbed, "gpu")) == 1, detail=lambda: (
+            f"carriers {_carriers(simbed)}, gpu workers {_group_pods(simbed, 'gpu')}, "
+            f"undo {out}"))
     until("the undo again, nothing left to delete",
            lambda: target.undo(record)["pods_deleted"] == [])  # idempotent
 
@@ -144,7 +149,7 @@ def _blackout(simbed: testbed.Bed, make_target: Callable[..., Any], chaos_mesh: 
             # the simulated kubelet runs nothing: the DaemonSet's pod goes Running but never
             # reports DROP rules in place, and a cut nobody saw land is a failure (on real
             # pods: tests/k8s/bed), never "landed" because the API accepted the DaemonSet
-            monkeypatch.setattr(rayfaults, "LANDED_WAIT_S", 2.0)
+            monkeypatch.setattr(blackout, "LANDED_WAIT_S", 2.0)
             with pytest.raises(FaultFailed, match=r"blackout: the cut did not land on "
                                                   r".*no report"):
                 target.cut_network(nodes=["worker-1"], record=record)

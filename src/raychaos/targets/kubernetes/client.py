@@ -176,13 +176,18 @@ class ApiSession:
             raise
 
     def watch(self, fn: Callable[..., Any], *args: Any, timeout_s: int,
+              opened: Callable[[Any], None] | None = None,
               **kwargs: Any) -> Iterator[dict[str, Any]]:
         """The events of one watch request (``watch=True``), each as a dict; errors translated.
 
-        The server ends the stream after ``timeout_s``; a caller re-lists and watches again."""
+        The server ends the stream after ``timeout_s``; a caller re-lists and watches again.
+        ``opened`` is given the streaming response first, so another thread can end the wait
+        (:meth:`Informer.stop`)."""
         with translated(self.host, f"watch {_name(fn)}"):
             resp = fn(*args, watch=True, timeout_seconds=timeout_s, _preload_content=False,
                       _request_timeout=timeout_s + 5, **kwargs)
+            if opened is not None:
+                opened(resp)
             try:
                 for line in iter_resp_lines(resp):
                     yield json.loads(line)

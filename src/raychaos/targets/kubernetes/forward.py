@@ -19,6 +19,8 @@ import socket
 import threading
 from collections.abc import Callable
 
+from websocket import WebSocketException
+
 from raychaos.errors import RaychaosError
 from raychaos.targets.kubernetes.client import ApiSession
 from raychaos.targets.kubernetes.streams import open_portforward
@@ -27,6 +29,37 @@ __all__ = ["LocalForward"]
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 16
+#: The kubernetes client's own thread per port-forward stream (``kubernetes.stream.ws_client``).
+PROXY_THREAD = "Kubernetes port forward proxy"
+_hook_lock = threading.Lock()
+
+
+def quiet_stream_ends() -> None:
+    """Keep the kubernetes client's port-forward thread from printing a traceback when its
+    stream dies (a head pod deleted mid-connection resets it: ``ConnectionResetError`` in a
+    thread nobody joins, printed on the harness's log by :func:`threading.excepthook`). The
+    connection's end reaches our relay as EOF, which is how an outage is told; the error is
+    logged at debug. Any other thread's exception goes to the hook that was there before."""
+    with _hook_lock:
+        if not getattr(threading.excepthook, "raychaos_quiet", False):
+            threading.excepthook = quieting(threading.excepthook)
+
+
+class quieting:  # noqa: N801 - used as a function: quieting(previous hook) -> hook
+    """``previous``, except for a network error ending a client port-forward thread."""
+
+    raychaos_quiet = True  # what quiet_stream_ends looks for: installed already
+
+    def __init__(self, previous: Callable[[threading.ExceptHookArgs], object]):
+        self.previous = previous
+
+    def __call__(self, args: threading.ExceptHookArgs) -> None:
+        name = args.thread.name if args.thread is not None else ""
+        if name.startswith(PROXY_THREAD) and args.exc_type is not None and issubclass(
+                args.exc_type, (OSError, WebSocketException)):
+            log.debug("%s: the stream ended: %r", name, args.exc_value)
+            return
+        self.previous(args)
 
 
 class LocalForward:
@@ -44,6 +77,7 @@ class LocalForward:
 
     def start(self) -> LocalForward:
         if self._sock is None:
+            quiet_stream_ends()
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(("127.0.0.1", 0))

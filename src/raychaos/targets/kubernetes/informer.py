@@ -40,6 +40,7 @@ class Informer:
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._stream: Any = None  # the watch being read, so stop() can end it
         self.error: str | None = None
         self.stats = {"lists": 0, "watches": 0, "events": 0}
 
@@ -51,9 +52,19 @@ class Informer:
         return self
 
     def stop(self) -> None:
+        """Stop at once: the watch being read is shut (else its thread would sit in it until
+        the server ends it, up to ``WATCH_S``)."""
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
+            stream = self._stream
+        _shut(stream)
+
+    def _opened(self, stream: Any) -> None:
+        with self._cond:
+            self._stream = stream
+        if self._stop.is_set():  # stop() came between the request and now
+            _shut(stream)
 
     def items(self, timeout: float = 10.0) -> list[dict[str, Any]]:
         """The current objects (shared: do not change them); waits for the first list."""
@@ -107,10 +118,17 @@ class Informer:
         return str(listing["metadata"]["resourceVersion"])
 
     def _watch(self, rv: str) -> str | None:
+        try:
+            return self._follow(rv)
+        finally:  # that stream is closed now (its connection maybe reused): not stop()'s to shut
+            with self._cond:
+                self._stream = None
+
+    def _follow(self, rv: str) -> str | None:
         self.stats["watches"] += 1
         for event in self.api.watch(self.list_fn, self.ns, resource_version=rv,
                                     allow_watch_bookmarks=True, timeout_s=WATCH_S,
-                                    **self.selectors):
+                                    opened=self._opened, **self.selectors):
             if self._stop.is_set():
                 return rv
             kind, obj = event.get("type"), event.get("object") or {}
@@ -128,6 +146,21 @@ class Informer:
                     self._pods[name] = obj
                 self._cond.notify_all()
         return rv
+
+
+def _shut(stream: Any) -> None:
+    """Wake a thread blocked reading ``stream`` (urllib3's ``shutdown`` shuts the socket for
+    reading; a close alone does not wake a blocked read)."""
+    if stream is None:
+        return
+    try:
+        shutdown = getattr(stream, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        else:
+            stream.close()
+    except Exception:  # noqa: BLE001 - already closed, or closing: the reader ends either way
+        pass
 
 
 class PodInformer(Informer):

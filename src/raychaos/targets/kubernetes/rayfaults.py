@@ -1,4 +1,4 @@
-"""Ray's fault flags and network blackouts on a KubeRay cluster.
+"""Ray's fault flags on a KubeRay cluster (and the undo of blackouts, :mod:`.blackout`).
 
 Why these mechanics:
 
@@ -9,13 +9,12 @@ Why these mechanics:
   ``raychaos.io/fault-env`` template label, and the chosen pods are deleted: KubeRay recreates
   them from the patched template — the pods restart with the variable. Other pods of the group
   get it too if they are recreated before the undo (said in the evidence). The undo puts the
-  template's env back and deletes every pod that still carries the variable.
-- **Blackouts**: a Chaos Mesh ``NetworkChaos`` partition of the pods (no ``target``: all
-  their traffic, as the local blackout drops) when its CRD is installed, otherwise a privileged
-  ``hostNetwork`` DaemonSet on the pods' nodes that drops their traffic with iptables (FORWARD)
-  until it is deleted; the cut has landed when every node's pod reported its DROP rules in place
-  (a ``RAYCHAOS_BLACKOUT`` line in its log; a node without iptables reports the error). Restoring
-  deletes what the cut created (404: already gone).
+  template's env back and deletes every pod that still carries the variable. The operator makes
+  a replacement from the RayCluster in its cache, which can lag the pods' deletion on a loaded
+  machine: a replacement made from the other template is deleted again, both ways, and the
+  undo has landed when the replacements exist without the variable.
+- **Blackouts** are :mod:`.blackout`'s; this module's ``undo`` and ``METHODS`` cover both, as
+  the target asks for them.
 
 Pods are named as everywhere on this target (a pod name, ``head``, ``worker-N``) and read from
 the handle's informer (no list request per question). Every mutating call goes through the
@@ -27,7 +26,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
@@ -38,25 +37,15 @@ from raychaos.errors import (
     FaultFailed,
     KubeApiError,
     NothingMatched,
+    RollbackFailed,
     TargetUnavailable,
 )
 from raychaos.results.store import checkpoint
+from raychaos.targets.kubernetes import blackout
 from raychaos.targets.kubernetes.client import ApiSession
-from raychaos.targets.kubernetes.network import CHAOS_MESH, chaos_mesh_installed, delete_created
 from raychaos.targets.kubernetes.raycluster import RayClusterHandle, pod_ready
 from raychaos.targets.kubernetes.rayobserve import ray_container_running, raylet_in_pod
-from raychaos.targets.kubernetes.registry import (
-    LANDED_WAIT_S,
-    TOOL_IMAGE,
-    _node_affinity,
-    wait_reports,
-)
-from raychaos.targets.kubernetes.safety import (
-    label_value,
-    object_name,
-    refuse_protected,
-    run_labels,
-)
+from raychaos.targets.kubernetes.safety import chosen_pods
 
 if TYPE_CHECKING:
     from raychaos.targets.kubernetes.target import KubernetesTarget
@@ -76,22 +65,8 @@ RESTART_NOTE = ("the pods restart: deleted, and recreated by KubeRay from the pa
 #: evidence: a GCS slowed past 0.1 s a request keeps the head unready for as long as it lasts
 #: (Ray's ``/api/gcs_healthz``, KubeRay's head readiness, asks CheckAlive with a 0.1 s deadline).
 UNREADY_GRACE_S = 15.0
-
-BLACKOUT_REPORT = "RAYCHAOS_BLACKOUT "
-# one report line per node: the rules in place or the error (a node without iptables, a rule
-# refused); "landed" is that report from every node, never the API accepting the DaemonSet
-BLACKOUT_SCRIPT = """err=""
-rules() { for ip in $POD_IPS; do iptables -$1 FORWARD -s "$ip" -j DROP && \\
-  iptables -$1 FORWARD -d "$ip" -j DROP || return 1; done; }
-trap 'rules D 2>/dev/null; exit 0' TERM INT
-rules I 2>/tmp/blackout.err || err="iptables: $(cat /tmp/blackout.err)"
-[ -z "$err" ] || rules D 2>/dev/null
-n=$(iptables -S FORWARD 2>/dev/null | grep -c -- '-j DROP')
-echo "RAYCHAOS_BLACKOUT {\\"node\\": \\"$NODE\\", \\"ips\\": \\"$POD_IPS\\", \\
-\\"rules\\": ${n:-0}, \\"error\\": \\"$(printf '%s' "$err" | tr '\\n"' "; ")\\"}"
-sleep 2147483647 & wait
-"""
-
+#: how long the undo deletes carriers and waits for their replacements (without the variable)
+UNDO_SETTLE_S = 60.0
 
 def check_ray_version(raycluster: dict[str, Any], fault: str) -> None:
     """The fault flags' formats are pinned to Ray 2.60.0: refuse a RayCluster on another."""
@@ -100,13 +75,6 @@ def check_ray_version(raycluster: dict[str, Any], fault: str) -> None:
         raise ConfigError(f"{fault}: RayCluster {raycluster['metadata']['name']} runs Ray "
                           f"{version}, and raychaos knows the fault flags of Ray {RAY_VERSION} "
                           "only (a malformed flag kills the process)")
-
-
-def _pods(handle: RayClusterHandle, names: list[str], action: str) -> list[dict[str, Any]]:
-    """The Ray pods named (a pod name, ``head`` or ``worker-N``); protected ones refused."""
-    chosen = [handle.pod_named(n) | {"kind": "Pod"} for n in names]
-    refuse_protected(chosen, action)
-    return chosen
 
 
 def _group(pod: dict[str, Any]) -> str:
@@ -172,9 +140,14 @@ def _node_env(handle: RayClusterHandle, nodes: list[str], names: list[str]
     return out
 
 
+def _carries(pod: dict[str, Any], names: list[str]) -> bool:
+    """The pod's Ray container has any of the variables ``names``."""
+    return bool(_env_of((pod["spec"].get("containers") or [{}])[0], names))
+
+
 def _carriers(handle: RayClusterHandle, names: list[str]) -> list[dict[str, Any]]:
     return [p for p in handle.pods() if "deletionTimestamp" not in p["metadata"]
-            and _env_of((p["spec"].get("containers") or [{}])[0], names)]
+            and _carries(p, names)]
 
 
 def _delete_pod(api: ApiSession, ns: str, name: str) -> None:
@@ -187,7 +160,7 @@ def _restart_with_env(handle: RayClusterHandle, run_id: str, record: dict[str, A
     """Patch the groups' templates with ``env``, delete ``nodes`` (pods), wait for their
     replacements to be Ready with it; see the module docstring."""
     api, ns, cluster = handle.api, handle.ns, handle.name
-    pods = _pods(handle, nodes, "restart_with_env")
+    pods = chosen_pods(handle, nodes, "restart_with_env")
     rc = api.read(api.custom.get_namespaced_custom_object, *RC[:2], ns, RC[2], cluster)
     check_ray_version(rc, "restart_with_env")
     groups: dict[str, list[dict[str, Any]]] = {_group(p): [] for p in pods}
@@ -205,6 +178,7 @@ def _restart_with_env(handle: RayClusterHandle, run_id: str, record: dict[str, A
         kept = [e for e in container.get("env") or [] if e.get("name") not in env]
         container["env"] = kept + [{"name": k, "value": v} for k, v in sorted(env.items())]
 
+    known = {p["metadata"]["uid"] for p in handle.pods()}  # every pod before the patch
     _patch_groups(api, ns, rc, groups, add)
     for pod in pods:
         _delete_pod(api, ns, pod["metadata"]["name"])
@@ -217,7 +191,17 @@ def _restart_with_env(handle: RayClusterHandle, run_id: str, record: dict[str, A
     old = {p["metadata"]["uid"] for p in pods}
     deadline = time.monotonic() + wait_s
     up_since: float | None = None
+    stale: list[str] = []
     while time.monotonic() < deadline:
+        # a replacement made without the variable was made from the operator's cached template
+        # (its watch of the RayCluster behind its watch of the pods): deleted again
+        for pod in handle.pods():
+            meta = pod["metadata"]
+            if (meta["uid"] not in known and meta["name"] not in stale and _group(pod) in groups
+                    and "deletionTimestamp" not in meta and not _carries(pod, sorted(env))):
+                _delete_pod(api, ns, meta["name"])
+                stale.append(meta["name"])
+                evidence["stale_replacements_deleted"] = stale
         fresh = [p for p in _carriers(handle, sorted(env)) if p["metadata"]["uid"] not in old]
         ready = [p for p in fresh if pod_ready(p)]
         if len(ready) >= len(pods):
@@ -280,96 +264,73 @@ def _undo_restart_with_env(handle: RayClusterHandle, undo: dict[str, Any]) -> di
 
     if original:
         _patch_groups(api, ns, rc, original, put_back)
-    carriers = [p["metadata"]["name"] for p in _carriers(handle, names)]
-    for name in carriers:
-        _delete_pod(api, ns, name)
-    return {"undone": True, "templates_restored": sorted(original), "pods_deleted": carriers,
-            "dry_run": api.gate.dry_run}
+    if api.gate.dry_run:
+        carriers = [p["metadata"]["name"] for p in _carriers(handle, names)]
+        for name in carriers:
+            _delete_pod(api, ns, name)
+        return {"undone": True, "templates_restored": sorted(original), "pods_deleted": carriers,
+                "dry_run": True}
+    settled = delete_until_clean(handle.pods, lambda name: _delete_pod(api, ns, name),
+                                 lambda pod: _carries(pod, names), UNDO_SETTLE_S)
+    if settled["still_carrying"]:
+        raise RollbackFailed(
+            f"restart_with_env: pods of RayCluster {cluster} still carry {names} after "
+            f"{UNDO_SETTLE_S:g} s of deleting them: {', '.join(settled['still_carrying'])}")
+    return {"undone": True, "templates_restored": sorted(original),
+            "pods_deleted": settled["deleted"], "replaced": settled["replaced"],
+            "dry_run": False}
 
 
-def _cut_network(handle: RayClusterHandle, run_id: str, record: dict[str, Any], *,
-                 nodes: list[str]) -> dict[str, Any]:
-    """Cut all traffic of ``nodes`` (pods): a NetworkChaos partition, else a DaemonSet."""
-    api, ns = handle.api, handle.ns
-    pods = _pods(handle, nodes, "blackout")
-    names = [p["metadata"]["name"] for p in pods]
-    undo = record.get("undo") or {"kind": "blackout", "objects": []}
-    n = len(undo["objects"]) + 1
-    name = object_name("raychaos-blackout", run_id, str(n))
-    labels = run_labels(run_id, **{"raychaos.io/fault": "blackout"})
-    cut_at = time.time()
-    if chaos_mesh_installed(api):
-        group, version, plural = CHAOS_MESH
-        body = {"apiVersion": f"{group}/{version}", "kind": "NetworkChaos",
-                "metadata": {"name": name, "namespace": ns, "labels": labels},
-                "spec": {"action": "partition", "mode": "all", "direction": "both",
-                         "selector": {"pods": {ns: names}}}}
-        undo["objects"].append({"api": "networkchaos", "namespace": ns, "name": name})
-        record["undo"] = undo
-        checkpoint(record)  # on disk before the object exists
-        api.write("POST", f"/apis/{group}/{version}/namespaces/{ns}/{plural}",
-                  api.custom.create_namespaced_custom_object, group, version, ns, plural,
-                  body=body)
-        via = "chaos-mesh partition"
-    else:
-        ips = [p.get("status", {}).get("podIP") for p in pods]
-        hosts = sorted({p["spec"].get("nodeName") for p in pods if p["spec"].get("nodeName")})
-        body = {"apiVersion": "apps/v1", "kind": "DaemonSet",
-                "metadata": {"name": name, "namespace": ns, "labels": labels},
-                "spec": {"selector": {"matchLabels": {"raychaos.io/run-id": label_value(run_id),
-                                                      "raychaos.io/fault": "blackout"}},
-                         "template": {"metadata": {"labels": labels}, "spec": {
-                             "hostNetwork": True, "affinity": _node_affinity(hosts),
-                             "tolerations": [{"operator": "Exists"}],
-                             "terminationGracePeriodSeconds": 10,
-                             "containers": [{"name": "drop", "image": TOOL_IMAGE,
-                                             "command": ["sh", "-c", BLACKOUT_SCRIPT],
-                                             "env": [{"name": "POD_IPS",
-                                                      "value": " ".join(i for i in ips if i)},
-                                                     {"name": "NODE", "valueFrom": {
-                                                         "fieldRef": {
-                                                             "fieldPath": "spec.nodeName"}}}],
-                                             "securityContext": {"privileged": True}}]}}}}
-        undo["objects"].append({"api": "daemonset", "namespace": ns, "name": name})
-        record["undo"] = undo
-        checkpoint(record)  # on disk before the object exists
-        api.write("POST", f"/apis/apps/v1/namespaces/{ns}/daemonsets",
-                  api.apps.create_namespaced_daemon_set, ns, body=body)
-        via = "iptables daemonset"
-        if not api.gate.dry_run:
-            reports = wait_reports(api, ns, f"raychaos.io/run-id={label_value(run_id)},"
-                                   "raychaos.io/fault=blackout", hosts, BLACKOUT_REPORT,
-                                   LANDED_WAIT_S)
-            bad = {h: r.get("error") or ("no report" if not r else "no DROP rule in place")
-                   for h, r in reports.items() if not r or r.get("error") or not r.get("rules")}
-            if bad:
-                raise FaultFailed("blackout: the cut did not land on " + "; ".join(
-                    f"{h}: {why}" for h, why in sorted(bad.items())))
-            cut_at = time.time()  # every node's rules are in place by now (reports read)
-            return {"nodes": list(nodes), "pods": names, "via": via, "object": f"{ns}/{name}",
-                    "cut_at": cut_at, "dry_run": False, "landed": True, "reports": reports}
-    return {"nodes": list(nodes), "pods": names, "via": via, "object": f"{ns}/{name}",
-            "cut_at": cut_at, "dry_run": api.gate.dry_run, "landed": not api.gate.dry_run}
+def delete_until_clean(pods: Callable[[], list[dict[str, Any]]], delete: Callable[[str], None],
+                       carries: Callable[[dict[str, Any]], bool], wait_s: float,
+                       pause_s: float = 0.5) -> dict[str, Any]:
+    """Delete every live pod that ``carries`` the fault, and again each replacement that comes
+    with it, until every group has as many live pods as before and none carries it.
 
+    Why: the operator recreates a deleted pod from the RayCluster in its cache, and its watch
+    of the RayCluster and its watch of the pods are two streams: on a loaded machine the pod's
+    deletion can reach it before the restored template does, and the replacement is made from
+    the patched one (seen once on the test bed: a carrier back after the undo). The undo has
+    landed when the replacements exist without the variable, not when the deletes were sent.
+    Returns ``deleted`` (every pod deleted, in order), ``still_carrying`` (live carriers at the
+    deadline: the undo failed) and ``replaced`` (every group back to its count)."""
+    def live() -> list[dict[str, Any]]:
+        return [p for p in pods() if "deletionTimestamp" not in p["metadata"]]
 
-def _restore_network(api: ApiSession, record: dict[str, Any]) -> dict[str, Any]:
-    """Delete every object the cuts of this record created; idempotent."""
-    undo = record.get("undo") or {}
-    return {"undone": True, "deleted": delete_created(api, undo), "restored_at": time.time(),
-            "dry_run": api.gate.dry_run}
+    first = live()
+    want: dict[str, int] = {}
+    for pod in first:
+        if carries(pod):
+            want[_group(pod)] = sum(1 for p in first if _group(p) == _group(pod))
+    deleted: list[str] = []
+    deadline = time.monotonic() + wait_s
+    seen = first
+    while True:
+        now = [p for p in seen if p["metadata"]["name"] not in deleted]
+        carriers = [p["metadata"]["name"] for p in now if carries(p)]
+        for name in carriers:
+            delete(name)
+            deleted.append(name)
+        replaced = all(sum(1 for p in now if _group(p) == g and not carries(p)) >= n
+                       for g, n in want.items())
+        if (not carriers and replaced) or time.monotonic() >= deadline:
+            # carriers still coming at the deadline: something re-adds the variable
+            return {"deleted": deleted, "still_carrying": carriers, "replaced": replaced}
+        time.sleep(pause_s)
+        seen = live()
 
 
 def undo(handle: RayClusterHandle, record: dict[str, Any]) -> dict[str, Any]:
-    """The undo of a ``node_env`` or ``blackout`` record."""
+    """The undo of a ``node_env`` or ``blackout`` (:mod:`.blackout`) record."""
     if (record.get("undo") or {}).get("kind") == "blackout":
-        return _restore_network(handle.api, record)
+        return blackout.restore(handle.api, record)
     return _undo_restart_with_env(handle, record["undo"])
 
 
 def preflight(self: KubernetesTarget, fault: str, args: Mapping[str, Any]) -> None:
     """The pods a blackout or an RPC fault names exist; the RayCluster runs Ray 2.60."""
     if fault in ("inject_rpc_failures", "blackout"):
-        _pods(self._handle(), list(args.get("nodes") or ["worker-1"]), fault)
+        chosen_pods(self._handle(), list(args.get("nodes") or ["worker-1"]), fault)
     if fault in ("inject_rpc_failures", "slow_gcs"):
         check_ray_version(self.raycluster, fault)
 
@@ -386,13 +347,4 @@ def restart_with_env(self: KubernetesTarget, *, nodes: list[str], env: dict[str,
                              wait_s=wait_s)
 
 
-def cut_network(self: KubernetesTarget, *, nodes: list[str], record: dict[str, Any]
-                ) -> dict[str, Any]:
-    return _cut_network(self._handle(), self.run_id, record, nodes=nodes)
-
-
-def restore_network(self: KubernetesTarget, record: dict[str, Any]) -> dict[str, Any]:
-    return _restore_network(self._api(), record)
-
-
-METHODS = (node_env, restart_with_env, cut_network, restore_network)
+METHODS = (node_env, restart_with_env, blackout.cut_network, blackout.restore_network)

@@ -99,11 +99,29 @@ def _node_affinity(nodes: list[str]) -> dict[str, Any]:
             {"key": "metadata.name", "operator": "In", "values": [node]}]} for node in nodes]}}}
 
 
-def _container(script: str, image: str, env: dict[str, str]) -> dict[str, Any]:
-    return {"name": "tc", "image": image, "command": ["sh", "-c", script],
+def tool_container(script: str, image: str, env: dict[str, str], name: str = "tc"
+                   ) -> dict[str, Any]:
+    """A privileged container running ``script`` with ``env`` and its node's name in ``NODE``."""
+    return {"name": name, "image": image, "command": ["sh", "-c", script],
             "env": [{"name": k, "value": v} for k, v in env.items()]
             + [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
             "securityContext": {"privileged": True, "capabilities": {"add": ["NET_ADMIN"]}}}
+
+
+def node_daemonset(name: str, ns: str, run_id: str, fault: str, nodes: list[str],
+                   container: dict[str, Any]) -> dict[str, Any]:
+    """A ``hostNetwork`` DaemonSet of ``container`` on exactly ``nodes`` (taints tolerated),
+    labelled with the run and ``fault`` (what the undo and the report wait select on)."""
+    labels = run_labels(run_id, **{"raychaos.io/fault": fault})
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"selector": {"matchLabels": {"raychaos.io/run-id": label_value(run_id),
+                                                  "raychaos.io/fault": fault}},
+                     "template": {"metadata": {"labels": labels}, "spec": {
+                         "hostNetwork": True, "affinity": _node_affinity(nodes),
+                         "tolerations": [{"operator": "Exists"}],
+                         "terminationGracePeriodSeconds": 10,
+                         "containers": [container]}}}}
 
 
 def report_of(api: ApiSession, ns: str, pod: str, marker: str = REPORT) -> dict[str, Any] | None:
@@ -130,18 +148,8 @@ def throttle_registry_pulls(api: ApiSession, ns: str, run_id: str, record: dict[
         raise NothingMatched("throttle_registry_pulls: give at least one node and one "
                              "registry host")
     name = object_name("raychaos-pull-throttle", run_id)
-    labels = run_labels(run_id, **{"raychaos.io/fault": "throttle-registry-pulls"})
-    body = {
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": name, "namespace": ns, "labels": labels},
-        "spec": {"selector": {"matchLabels": {"raychaos.io/run-id": label_value(run_id),
-                                              "raychaos.io/fault": "throttle-registry-pulls"}},
-                 "template": {"metadata": {"labels": labels}, "spec": {
-                     "hostNetwork": True, "affinity": _node_affinity(nodes),
-                     "tolerations": [{"operator": "Exists"}],
-                     "terminationGracePeriodSeconds": 10,
-                     "containers": [_container(THROTTLE_SCRIPT, image, {
-                         "RATE": rate, "HOSTS": " ".join(hosts)})]}}}}
+    body = node_daemonset(name, ns, run_id, "throttle-registry-pulls", nodes, tool_container(
+        THROTTLE_SCRIPT, image, {"RATE": rate, "HOSTS": " ".join(hosts)}))
     record["undo"] = {"kind": "throttle_registry_pulls", "nodes": list(nodes), "image": image,
                       "run_id": run_id, "objects": [
                           {"api": "daemonset", "namespace": ns, "name": name}]}
@@ -228,7 +236,7 @@ def clean_nodes(api: ApiSession, ns: str, undo: dict[str, Any]) -> dict[str, Any
                       "nodeName": node, "hostNetwork": True, "restartPolicy": "Never",
                       "tolerations": [{"operator": "Exists"}],
                       "terminationGracePeriodSeconds": 0,
-                      "containers": [_container(CLEAN_SCRIPT, undo.get("image", TOOL_IMAGE),
+                      "containers": [tool_container(CLEAN_SCRIPT, undo.get("image", TOOL_IMAGE),
                                                 {})]}})
     reports = wait_reports(api, ns, f"raychaos.io/run-id={label_value(run_id)},raychaos.io/fault="
                             f"throttle-cleanup", nodes, CLEANED, CLEAN_WAIT_S)

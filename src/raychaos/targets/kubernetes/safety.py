@@ -18,7 +18,7 @@ from raychaos.errors import ConfigError, FaultFailed
 
 __all__ = [
     "CORDONED_BY", "NEUTRAL", "PROTECTED", "RUN_ID", "UNSUPPORTED", "check_namespace",
-    "gpu_count", "is_daemonset_pod", "is_mirror_pod", "is_protected", "label_value",
+    "chosen_pods", "gpu_count", "is_daemonset_pod", "is_mirror_pod", "is_protected", "label_value",
     "object_name", "refuse_protected", "run_labels", "unsupported",
 ]
 
@@ -125,3 +125,11 @@ def unsupported(fault: str, args: Mapping[str, Any]) -> list[tuple[str, str]]:
                      "`raychaos review` checks the RayCluster's shared-memory sizeLimit")]
     return [(arg, why) for arg, why in UNSUPPORTED.get(fault, {}).items()
             if arg in args and args[arg] != NEUTRAL.get(arg)]
+
+
+def chosen_pods(handle: Any, names: list[str], action: str) -> list[dict[str, Any]]:
+    """The Ray pods of ``handle`` (a RayClusterHandle) named — a pod name, ``head`` or
+    ``worker-N`` — protected ones refused."""
+    chosen = [handle.pod_named(n) | {"kind": "Pod"} for n in names]
+    refuse_protected(chosen, action)
+    return chosen

@@ -146,6 +146,12 @@ class LocalPods:
                         pod["metadata"]["deletionTimestamp"] = now()
                         pod["metadata"]["deletionGracePeriodSeconds"] = 0 if grace is None \
                             else int(grace)
+                    elif grace is not None and int(grace) < int(
+                            pod["metadata"].get("deletionGracePeriodSeconds", 30)):
+                        # deleted again with a shorter grace (`kubectl delete --grace-period`
+                        # on a pod already terminating): a kubelet stops it sooner; a longer
+                        # one never extends it
+                        pod["metadata"]["deletionGracePeriodSeconds"] = int(grace)
                     return True
         return False
 

@@ -322,16 +322,27 @@ class PodWorker(threading.Thread):
             ok = all(self.state[n].get("exit") == 0 for n in names)
             self.patch_status(lambda p: p["status"].update(phase="Succeeded" if ok else "Failed"))
 
-    def _terminate(self, pod: dict[str, Any]) -> None:
-        # the kubelet's floor: a grace of 0 is 1 s, SIGTERM first all the same
-        grace = max(1, int(pod["metadata"].get("deletionGracePeriodSeconds", 30)))
-        deadline = time.monotonic() + grace
+    def _stop_running(self, pod: dict[str, Any]) -> None:
+        """SIGTERM to each container still running (the kubelet's "Killing" event each)."""
         for name, c in self.containers.items():
             if c.exit_code() is None:
                 self.event(pod, "Killing", f"Stopping container {name}", name)
                 c.signal_init(signal.SIGTERM)
+
+    def _terminate(self, pod: dict[str, Any]) -> None:
+        # the kubelet's floor: a grace of 0 is 1 s, SIGTERM first all the same
+        grace = max(1, int(pod["metadata"].get("deletionGracePeriodSeconds", 30)))
+        deadline = time.monotonic() + grace
+        self._stop_running(pod)
         while time.monotonic() < deadline and not self.abort and any(
                 c.exit_code() is None for c in self.containers.values()):
-            if self.pod() is None:
+            current = self.pod()
+            if current is None:
                 break
+            # deleted again with a shorter grace: the kubelet kills again with that grace,
+            # counted from now (SIGTERM again, then SIGKILL when it runs out)
+            shorter = max(1, int(current["metadata"].get("deletionGracePeriodSeconds", grace)))
+            if shorter < grace:
+                grace, deadline = shorter, min(deadline, time.monotonic() + shorter)
+                self._stop_running(current)
             time.sleep(TICK_S)
