@@ -63,7 +63,8 @@ def test_head_kill_experiment(cluster, tmp_path, monkeypatch, mode):
     def edit(data):
         block = raychaos_block(data)
         block["target"]["local"]["name"] = NAME
-        block["monitor"]["recovery_window_s"] = 3
+        # the shipped bound (40 s) stands: the window ends once the loads are back and the
+        # Serve check has its 60 requests after the backlog — at 3 s it was never judged
         method_args(data, "kill_head")["mode"] = mode
 
     exp = variant("experiments/head-kill.yaml", tmp_path / "exp.yaml", edit)

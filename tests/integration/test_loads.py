@@ -145,7 +145,11 @@ def test_task_storm_keeps_its_pace(ray_address):
                                 "0")
     assert code == 0, err
     counts = [line["count"] for line in lines]
-    assert max(counts) <= 60, f"never a burst above the pace: {counts}"
+    # a line counts completions: at most a second's pace (50), the 100 ms of missed pace the
+    # storm carries over (5) and the tasks already in flight when the second began (8) — 63.
+    # A catch-up after a stall would be far above (8 in flight of 20 ms do ~400/s); seen in CI:
+    # [0, 0, 8, 61], a 2 s start-up stall then no catch-up (a bound of 60 called that a burst)
+    assert max(counts) <= 50 + 5 + 8, f"never a burst above the pace: {counts}"
     assert len(lines) >= 3
 
 

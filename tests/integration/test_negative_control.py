@@ -42,6 +42,11 @@ def test_head_kill_without_gcs_fault_tolerance_fails_and_says_what_was_lost(tmp_
     assert probes["sentinel_preserved"]["evidence"]["found"] is False
     assert probes["job_survival"]["evidence"]["lost"] == ["task_storm"]
     assert probes["gcs_recovery"]["evidence"]["workers_lost"], "workers did not re-register"
+    # known gone for good once the GCS was back (absent from the new GCS's table): the probe
+    # ended then, not at its timeout
+    recovery = probes["gcs_recovery"]["evidence"]
+    assert set(recovery["workers_gone"]) == set(recovery["workers_before"]), recovery
+    assert recovery["nodes_settled_s"] is not None, recovery
     failed = {s["name"] for s in summary["slos"] if s["verdict"] == "fail"}
     assert {"sentinel-actor-preserved", "load-jobs-survive", "workers-reregister"} <= failed
     assert target.leftovers() == NOTHING_LEFT

@@ -3,7 +3,8 @@
 It implements the whole :class:`raychaos.targets.base.Target` protocol, so the session, the
 faults, the probes and the monitor run unchanged against it: a head whose GCS goes down for
 ``outage_s`` when killed and comes back as a new incarnation (or never, with
-``head_comes_back=False``), workers that stay ALIVE (or are lost with ``lose_workers``) and
+``head_comes_back=False``), workers that stay ALIVE (or are lost with ``lose_workers``, or come
+back as new nodes with ``new_workers``: a GCS without fault tolerance) and
 report to the new GCS ``reregister_s`` after it is back (or never, with ``reregister=False``:
 listed ALIVE from the restored table, never heard from — what re-registration must catch), jobs
 whose driver logs carry one stats line per second (``job_rate`` completions, ``job_failures``
@@ -57,13 +58,17 @@ class FakeTarget:
                  observe_delay_s: float = 0.0, zombie_jobs: bool = False,
                  undo_wait_s: float = 10.0, reports_known: bool = True,
                  workload: dict[str, Any] | None = None, blackout_kills: bool = False,
-                 leak_gpu: bool = False, lose_job_history: bool = False) -> None:
+                 leak_gpu: bool = False, lose_job_history: bool = False,
+                 new_workers: bool = False) -> None:
         self.run_id = ""
         self.sut_seconds: float | None = None  # what sut_cpu_seconds answers
         self.reports_known = reports_known  # False: like Kubernetes, which raylets reported?
         self.outage_s = outage_s
         self.head_comes_back = head_comes_back
         self.lose_workers = lose_workers
+        # a GCS without fault tolerance: it comes back with an empty table, the old raylets
+        # exit, and the workers come back as new nodes (new IDs); the old IDs are never listed
+        self.new_workers = new_workers
         self.reregister, self.reregister_s = reregister, reregister_s
         self.observe_delay_s = observe_delay_s  # an observe that blocks this long
         self.zombie_jobs = zombie_jobs  # after a kill: drivers dead, jobs still read RUNNING
@@ -127,6 +132,9 @@ class FakeTarget:
                 self.head_pid += 1
                 if self.lose_workers:
                     self.lost = set(self.worker_ids)
+                if self.new_workers:
+                    self.worker_ids = [f"e{self.head_pid % 10}{i:02d}" + "ee" * 12
+                                       for i in range(1, len(self.worker_ids) + 1)]
                 return True
             return False
 

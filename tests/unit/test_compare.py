@@ -67,7 +67,7 @@ def test_recovery_figures_from_the_timeline(tmp_path: Path) -> None:
         "gcs_flaps_after_recovery": 0, "gcs_flap_spans": [], "nodes_recovery_s": 14.0,
         "gpus_back_s": 14.0,
         "reregistration": None, "nodes_alive_s": None, "reregistered_s": {},
-        "workers_before_unknown": False,
+        "workers_before_unknown": False, "workers_gone": {}, "nodes_settled_s": None,
         "outage_max_gap_s": 0.5, "outage_samples_per_s": 2.0}
 
 

@@ -98,6 +98,47 @@ def test_recovery_fails_when_workers_do_not_come_back(run):
     assert r.probes[-1]["verdict"] == "fail"
 
 
+def test_workers_back_as_new_nodes_are_gone_for_good_and_the_probe_does_not_wait_for_them(run):
+    """A GCS without fault tolerance: it comes back empty, the old raylets exit and the workers
+    return as new nodes. The old IDs can never be ALIVE again, so the probe fails as soon as the
+    GCS has recovered and the new GCS's table lacks them — not a timeout later."""
+    r = run(outage_s=0.3, new_workers=True)
+    kill_head(mode="head", wait_s=5)
+    t0 = time.monotonic()
+    ev = gcs_recovery(timeout_s=60, stable_s=0.3)
+    assert time.monotonic() - t0 < 30, "it waited for workers that cannot come back"
+    assert not ev["recovered"] and r.probes[-1]["verdict"] == "fail"
+    assert ev["workers_lost"] == ev["workers_before"] and len(ev["workers_before"]) == 2
+    assert set(ev["workers_gone"]) == set(ev["workers_before"])
+    assert {g["how"] for g in ev["workers_gone"].values()} == {
+        "not in the table of the GCS that came back"}
+    assert ev["nodes_settled_s"] >= ev["gcs_recovery_s"]
+    assert set(ev["workers_after"]).isdisjoint(ev["workers_before"])  # the new nodes
+    from raychaos.run.verdict import _probe_reason
+
+    assert "gone for good: not in the table of the GCS that came back" in _probe_reason(
+        "gcs_recovery", "fail", ev)
+
+
+def test_workers_dead_in_the_table_end_the_wait_with_a_fail(run):
+    r = run(outage_s=0.3, lose_workers=True)
+    kill_head(mode="head", wait_s=5)
+    ev = gcs_recovery(timeout_s=60, stable_s=0.3)
+    assert not ev["recovered"] and r.probes[-1]["verdict"] == "fail"
+    assert {g["how"] for g in ev["workers_gone"].values()} == {"DEAD in the GCS's table"}
+    assert ev["nodes_settled_s"] is not None
+
+
+def test_workers_missing_from_a_gcs_not_known_to_be_another_one_are_waited_for(run):
+    """Without incarnations (a target that cannot number them), a table that lacks the old
+    workers may be the same GCS answering partly: not "gone", the probe waits its timeout."""
+    r = run(outage_s=0.3, new_workers=True, reports_known=False)
+    kill_head(mode="head", wait_s=5)
+    ev = gcs_recovery(timeout_s=1.5, stable_s=0.3)
+    assert ev["workers_gone"] == {} and ev["nodes_settled_s"] is None
+    assert ev["workers_lost"] == ev["workers_before"] and r.probes[-1]["verdict"] == "fail"
+
+
 def test_a_flapping_gcs_has_not_recovered(run):
     r = run(outage_s=0.2)
     kill_head(mode="head", wait_s=5)

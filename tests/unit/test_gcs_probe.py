@@ -298,10 +298,24 @@ def test_a_new_cluster_id_one_answer_late_is_the_same_new_gcs(fake):
         new.cid_hang = 0.5
         first = _wait_up(probe, 30.0)
         assert first.cluster_id is None and first.incarnation == 2
-        new.cid_hang = 0.0
-        time.sleep(0.5)  # the hung handler returns
+        # and a missed deadline before the ID comes (what CI's busy box did: incarnation 3)
+        new.hang, new.cid_hang = 0.5, 0.0
+        time.sleep(0.5)  # the hung GetClusterId returns
+        assert not probe.ask(0.1).up
+        new.hang = 0.0
+        time.sleep(0.5)  # the hung GetAllNodeInfo returns
         back = _wait_up(probe, 30.0, cid=True)
         assert back.cluster_id == (b"\x02" * 28).hex() and back.incarnation == 2
+
+        # the control: once the ID is known, another one after a missed deadline (a GCS
+        # without fault tolerance replaced behind a forward that never refuses) is a new GCS
+        new.hang = 0.5
+        assert not probe.ask(0.1).up
+        new.cluster_id = b"\x03" * 28
+        new.hang = 0.0
+        time.sleep(0.5)
+        again = _wait_up(probe, 30.0, cid=True)
+        assert again.cluster_id == (b"\x03" * 28).hex() and again.incarnation == 3
 
 
 def _missed_deadlines(gcs, probe: GcsProbe, head: bytes | None = None):  # noqa: ANN001

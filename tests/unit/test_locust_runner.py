@@ -94,7 +94,9 @@ def test_stop_ends_a_long_run_at_once(loopback_http, tmp_path):
     finally:
         t0 = time.monotonic()
         load.stop()
-    assert time.monotonic() - t0 < 11
+    # "at once" is against the run's 300 s, not a stopwatch: SIGTERM, at most the 10 s grace,
+    # SIGKILL and the reaping, which a starved light lane (nice 19) once stretched to 15 s
+    assert time.monotonic() - t0 < 60, "stop waited for the run's duration"
     assert all(_gone(pid) for pid in load.pids)
     assert _group_gone(load.pids[0])
 

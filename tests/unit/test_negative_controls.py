@@ -9,6 +9,7 @@ A metric added to the registry without a control here fails ``test_every_metric_
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from raychaos.observe.slo import evaluate
 from raychaos.probes.actors import create_sentinel, sentinel_preserved
 from raychaos.probes.gcs import gcs_recovery
 from raychaos.probes.jobs import job_survival
-from raychaos.results.store import Clock, Ledger, Timeline
+from raychaos.results.store import Clock, Ledger, Timeline, read_timeline
 from tests.unit.fake_target import FakeTarget
 
 pytestmark = pytest.mark.unit
@@ -311,6 +312,15 @@ def test_a_busy_gcs_that_answers_late_is_not_a_flap_but_one_silent_for_5_s_is_do
     assert recovery_figures(samples(silent))["gcs_flaps_after_recovery"] == 1
     starting = "uuuuu" + "d" * 5 + "l" * 5 + "u" * 30  # late after refusals: still starting
     assert recovery_figures(samples(starting))["gcs_first_answer_s"] == 2.0
+    # the outage's resolution is what the monitor saw: a late sample asked and heard nothing,
+    # a blind one (its asker still stuck on an earlier question) asked nothing at all
+    assert recovery_figures(samples(starting))["outage_max_gap_s"] == 0.2
+    stuck = samples(starting)
+    for r in stuck[-34:-30]:  # the last four late samples: one question stuck for 0.8 s
+        r["gcs_blind"] = True
+    assert [r.get("gcs_late") for r in stuck[-35:-30]] == [True] * 5
+    figures = recovery_figures(stuck)
+    assert figures["outage_max_gap_s"] == 1.0 and figures["gcs_first_answer_s"] == 2.0, figures
 
 
 def test_an_outage_seen_only_as_missed_deadlines_is_down_after_a_kill_or_before_a_new_gcs():
@@ -348,3 +358,59 @@ def test_an_outage_seen_only_as_missed_deadlines_is_down_after_a_kill_or_before_
     assert figures["gcs_first_answer_s"] == 2.6 and figures["gcs_down_s"] == 2.2
     # without incarnations (the dashboard path) a silence after the kill is still an outage
     assert recovery_figures(samples(silent))["gcs_first_answer_s"] == 2.8
+
+
+def test_a_worker_gone_for_good_settles_the_fail_and_one_back_does_not_need_to_be_gone():
+    """Two workers before the kill; after it the GCS is back (incarnation 2) from t=2.0. ``w1``
+    re-registers at once; ``w2`` is missing from the new GCS's table, then listed DEAD."""
+    recs: Records = [{"t": 1.0, "kind": "event", "event": "head_killed", "name": "pod",
+                      "detail": {"workers_before": ["w1", "w2"]}}]
+    for i in range(60):
+        t = round(i * 0.2, 3)
+        if t < 1.0:
+            row = {"gcs_up": True, "gcs_incarnation": 1, "alive_ids": ["w1", "w2"],
+                   "reported_ids": ["w1", "w2"]}
+        elif t < 2.0:
+            row = {"gcs_up": False}
+        else:
+            row = {"gcs_up": True, "gcs_incarnation": 2, "alive_ids": ["w1", "x9"],
+                   "reported_ids": ["w1", "x9"], **({"dead_ids": ["w2"]} if t >= 9.0 else {})}
+        recs.append({"t": t, "kind": "sample", **row})
+    figures = recovery_figures(recs)
+    assert figures["gcs_recovery_s"] == 1.0 and figures["nodes_recovery_s"] is None
+    # judged only once the GCS has recovered (a stretch of 5 s from t=2.0)
+    assert figures["workers_gone"] == {
+        "w2": {"s": 1.0, "how": "not in the table of the GCS that came back"}}
+    assert figures["nodes_settled_s"] == 1.0
+    # the same GCS (no new incarnation) lacking w2: not known gone until it lists it DEAD
+    same = [dict(r, gcs_incarnation=1) if r.get("gcs_incarnation") == 2 else r for r in recs]
+    figures = recovery_figures(same)
+    assert figures["workers_gone"] == {"w2": {"s": 8.0, "how": "DEAD in the GCS's table"}}
+    assert figures["nodes_settled_s"] is None, "w1 never re-registered with a new GCS"
+    # every worker back: nothing gone, nothing settled early (the pass is nodes_recovery_s)
+    back = [dict(r, alive_ids=["w1", "w2"], reported_ids=["w1", "w2"], dead_ids=[])
+            if r.get("gcs_incarnation") == 2 else r for r in recs]
+    figures = recovery_figures(back)
+    assert figures["workers_gone"] == {} and figures["nodes_settled_s"] is None
+    assert figures["nodes_recovery_s"] == 1.0
+
+
+def test_beats_while_a_question_is_stuck_are_written_blind_and_the_one_asked_only_late(tmp_path):
+    """The monitor writes every beat on time; the beat whose question missed its deadline asked
+    and heard nothing (late), the beats while the asker is still stuck on it asked nothing
+    (late and blind) — and only those are holes in the outage's resolution."""
+    target = FakeTarget()
+    target.observe_delay_s = 0.5  # one question hangs well past its 40 ms deadline
+    clock = Clock()
+    monitor = Monitor(target, Timeline(tmp_path / "timeline.jsonl", clock), clock,
+                      interval_s=0.05)
+    monitor.start()
+    try:
+        time.sleep(0.3)
+    finally:
+        monitor.stop()
+    samples = [r for r in read_timeline(tmp_path / "timeline.jsonl") if r["kind"] == "sample"]
+    assert len(samples) >= 3, samples
+    first, rest = samples[0], samples[1:]
+    assert first["gcs_late"] and "gcs_blind" not in first, first
+    assert all(r["gcs_late"] and r["gcs_blind"] for r in rest[:3]), rest

@@ -103,6 +103,87 @@ def test_too_few_samples_in_a_window_is_inconclusive_never_a_verdict():
                                                      recovery_s=5))["verdict"] == "fail"
 
 
+def moments(baseline_ms: list[float], recovery_ms: list[float], rate: int = 100,
+            seed: int = 11) -> list[dict]:
+    """A load at ``rate``/s whose every second is one moment of the host: its requests spread
+    (lognormal, sigma 0.3) around that second's median — the baseline's medians, a 2 s head
+    kill at 30 ms, then the recovery's. What a co-located test bed does: a node starting or
+    the control plane's burst slows every request of the second it lands in."""
+    rng = np.random.default_rng(seed)
+    recs: list[dict] = [_second(0.5, rng.lognormal(np.log(baseline_ms[0]), 0.3, rate))]
+    medians = [*baseline_ms, 30.0, 30.0, *recovery_ms]
+    for s, ms in enumerate(medians, start=1):
+        recs.append(_second(s + 0.5, rng.lognormal(np.log(ms), 0.3, rate)))
+    chaos_at = len(baseline_ms) + 1
+    recs += [{"t": chaos_at, "kind": "event", "event": "fault_start", "name": "kill_head",
+              "detail": {"id": "f1"}},
+             {"t": chaos_at + 2, "kind": "event", "event": "fault_end", "name": "kill_head",
+              "detail": {"id": "f1"}}]
+    return sorted(recs, key=lambda r: r["t"])
+
+
+def test_two_busy_seconds_of_a_healthy_window_are_not_shown_a_slowdown():
+    """The CI case of 2026-12-07 in small: a window whose p95 sits on a few busy seconds (a
+    co-located pod starting) against a quiet baseline. Over requests the interval was
+    5.3..10.1 and the healthy run failed; over seconds it shows how few moments carry it."""
+    quiet, busy = [10.0] * 20, [10.0] * 18 + [120.0] * 2
+    row = judge(relative(threshold=5.0), moments(quiet, busy))
+    ev = row["evidence"]
+    assert row["value"] > 5.0, row  # the pooled p95 is the busy seconds'
+    assert row["verdict"] == "inconclusive", row
+    assert ev["ci"][0] < 5.0 < ev["ci"][1] and "interval" in ev["inconclusive"]
+    assert ev["seconds"] == 20 and ev["baseline_seconds"] == 20
+    # the same slowdown in every second of the window: shown, a fail
+    row = judge(relative(threshold=5.0), moments(quiet, [120.0] * 20))
+    assert row["verdict"] == "fail" and row["evidence"]["ci"][0] > 5.0, row
+
+
+def test_a_baseline_of_three_seconds_cannot_show_a_fail_and_the_run_holds_it_to_five():
+    """300 requests in 3 seconds are 3 moments of the host, not 300 facts: a fail needs
+    MIN_SECONDS of each window, and a run holds its baseline until it has them."""
+    from raychaos.observe.relative import MIN_SECONDS
+    from raychaos.run.samples import short
+
+    row = judge(relative(threshold=5.0), moments([10.0] * 3, [120.0] * 20))
+    ev = row["evidence"]
+    assert row["verdict"] == "inconclusive" and ev["baseline_samples"] == 300, row
+    assert ev["ci"][0] > 5.0, "over three seconds the interval looks tight: it cannot tell"
+    assert f"a fail needs {MIN_SECONDS} s of each" in ev["inconclusive"]
+    assert judge(relative(threshold=5.0), moments([10.0] * MIN_SECONDS, [120.0] * 20)
+                 )["verdict"] == "fail"
+    profile = SloProfile(name="p", slos=[relative(threshold=5.0)], min_samples=100)
+    assert short(moments([10.0] * 3, []), profile, "baseline") == {"serve": "3/5 s"}
+    assert short(moments([10.0] * 5, []), profile, "baseline") == {}
+    absolute = SloProfile(name="p", slos=[replace_relative(relative(), None)], min_samples=100)
+    assert short(moments([10.0] * 3, []), absolute, "baseline") == {}, "only relative checks"
+
+
+def replace_relative(slo: SloSpec, relative_to: str | None) -> SloSpec:
+    from dataclasses import replace
+
+    return replace(slo, relative_to=relative_to, threshold=500.0)
+
+
+def test_the_percentile_of_a_resample_is_numpys_of_its_requests():
+    """The bootstrap's percentile over weighted buckets is ``np.percentile(method="higher")``
+    of the requests they stand for, whatever the weights."""
+    from raychaos.observe.relative import _Flat
+
+    rng = np.random.default_rng(3)
+    seconds = [(rng.choice([1.0, 2.5, 7.0, 40.0, 300.0], size=4, replace=False),
+                rng.integers(0, 30, size=4)) for _ in range(6)]
+    flat = _Flat.of(seconds)
+    picks = rng.multinomial(flat.seconds, np.full(flat.seconds, 1 / flat.seconds), size=50)
+    for q in (50.0, 95.0, 99.0):
+        got = flat.percentile(flat.counts * picks[:, flat.second], q)
+        for row, pick in zip(got, picks, strict=True):
+            kept = [v for v, c in seconds if c.sum() > 0]
+            counts = [c for _, c in seconds if c.sum() > 0]
+            expanded = np.concatenate([np.repeat(v, c * k) for v, c, k in
+                                       zip(kept, counts, pick, strict=True)])
+            assert row == np.percentile(expanded, q, method="higher")
+
+
 def test_a_load_that_completed_nothing_fails_however_few_samples():
     records = [r for r in timeline() if not (r["kind"] == "load" and r["t"] > 16)]
     row = judge(relative(), records)

@@ -26,7 +26,8 @@ throughput is back at ≥ 90 % of baseline; null when it never was, and outside 
 ``run``).
 
 :func:`window_latencies` gives a window's per-request samples as (bucket values, counts) for a
-rank test against the baseline (expand with ``np.repeat``).
+rank test against the baseline (expand with ``np.repeat``); :func:`second_latencies` the same
+second by second, for a bootstrap that resamples seconds (:mod:`raychaos.observe.relative`).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ from raychaos.catalog import stats_format
 from raychaos.results.store import Ev
 
 __all__ = ["BACK_FRACTION", "BACK_SPAN_S", "STATS", "aggregate", "load_end", "load_names",
-           "load_report", "series", "time_back", "window_latencies", "window_rows",
-           "window_stats"]
+           "load_report", "second_latencies", "series", "time_back", "window_latencies",
+           "window_rows", "window_stats"]
 
 STATS = ("seconds", "count", "failures", "samples", "throughput", "error_ratio", "p50_ms",
          "p95_ms", "p99_ms", "percentiles_from", "dip", "time_back_s")
@@ -142,16 +143,42 @@ def window_latencies(records: list[dict[str, Any]], wins: dict[str, Window], win
     ``window``, as (bucket values in ms, counts), ascending — what a rank test against the
     baseline needs (``np.repeat(values, counts)``). None when some second that completed
     something has no ``hist`` (old lines: no per-request samples) or the window is unknown."""
+    rows = _hist_rows(records, wins, window, load)
+    return None if rows is None else _samples([r.get("hist") for r in rows])
+
+
+def second_latencies(records: list[dict[str, Any]], wins: dict[str, Window], window: str,
+                     load: str | None) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """:func:`window_latencies` second by second: one (bucket values, counts) per second of the
+    window that completed something, in time order — a load's own seconds, or with ``load``
+    None the seconds of all loads that end in the same clock second merged. None as
+    :func:`window_latencies`."""
+    rows = _hist_rows(records, wins, window, load)
+    if rows is None:
+        return None
+    by_second: dict[float, list[dict[str, Any]]] = {}
+    for r in rows:
+        if int(r.get("count", 0)) > 0 and r.get("hist"):
+            key = float(r["t"]) if load else float(math.floor(float(r["t"])))
+            by_second.setdefault(key, []).append(r["hist"])
+    return [_samples(hists) for _, hists in sorted(by_second.items())]
+
+
+def _hist_rows(records: list[dict[str, Any]], wins: dict[str, Window], window: str,
+               load: str | None) -> list[dict[str, Any]] | None:
+    """The window's seconds when each that completed something has a histogram, else None."""
     if window not in wins:
         return None
     _, rows = aggregate(records, wins, window, load)
-    if not _has_hist(rows):
-        return None
+    return rows if _has_hist(rows) else None
+
+
+def _samples(hists: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Histograms merged, as (bucket values in ms, counts)."""
     fmt = stats_format()
-    merged = fmt.merge_hists(r.get("hist") for r in rows)
-    values = np.array([fmt.bucket_value(b) for b in merged], dtype=float)
-    counts = np.array(list(merged.values()), dtype=np.int64)
-    return values, counts
+    merged = fmt.merge_hists(hists)
+    return (np.array([fmt.bucket_value(b) for b in merged], dtype=float),
+            np.array(list(merged.values()), dtype=np.int64))
 
 
 def time_back(rows: list[dict[str, Any]], chaos_end: float, baseline: float | None,

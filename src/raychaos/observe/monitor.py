@@ -5,13 +5,15 @@ writes one ``sample`` record per beat, answered or not. Each beat it hands one q
 (:meth:`~raychaos.targets.base.Target.observe`, with a deadline of ``DEADLINE_SHARE`` × the
 interval) to an asker thread and waits for it until the deadline; a question not answered by
 then is written as not answering (``gcs_up: false``, ``gcs_late: true``) *on time*, and while an
-asker is still stuck on an earlier question every beat is written that way too (the stuck
-question's late answer is dropped). A *late* sample (no answer, but no refusal either: a busy GCS)
+asker is still stuck on an earlier question every beat is written that way too, with
+``gcs_blind: true`` (nothing was asked: the monitor saw nothing then; the stuck question's late
+answer is dropped). A *late* sample (no answer, but no refusal either: a busy GCS)
 is told apart from a GCS that refuses (its process is gone); :mod:`raychaos.observe.recovery`
 reads them differently. So the timeline has a sample every interval during an outage as well, and
 outage start and end are known to ± one interval. Samples carry ``t`` = the moment the question
 was asked, ``gcs_up``, ``latency_ms``, and when the GCS answered ``nodes_alive``,
 ``nodes_total``, ``nodes_draining``, ``gpus_total``, ``alive_ids`` (workers, 12 hex digits),
+``dead_ids`` (workers the GCS's table lists DEAD; left out when none),
 ``reported_ids`` (workers whose raylet reported to the current GCS incarnation — the
 re-registration evidence — when the target can tell) and ``gcs_incarnation``.
 
@@ -163,14 +165,17 @@ class Monitor:
             self._asker.close()
         self._poll_jobs()  # the last lines written before the loads stopped
 
-    def record(self, obs: Observation, t: float | None = None) -> dict[str, Any]:
-        """Write one sample of ``obs`` (asked at ``t``)."""
+    def record(self, obs: Observation, t: float | None = None, blind: bool = False
+               ) -> dict[str, Any]:
+        """Write one sample of ``obs`` (asked at ``t``; ``blind``: nothing was asked)."""
         record: dict[str, Any] = {"gcs_up": obs.up, "latency_ms": round(obs.latency_s * 1e3, 1),
                                   **self.resources}
         if not obs.up:
             record["gcs_error"] = obs.error
             if obs.late:
                 record["gcs_late"] = True
+            if blind:
+                record["gcs_blind"] = True
         elif obs.nodes is None:
             record["nodes_unknown"] = True
         else:
@@ -179,6 +184,10 @@ class Monitor:
                           nodes_draining=sum(n.state == "DRAINING" for n in obs.nodes),
                           gpus_total=sum(n.gpus for n in alive),
                           alive_ids=sorted(n.node_id[:12] for n in alive if not n.is_head))
+            dead = sorted(n.node_id[:12] for n in obs.nodes if n.state == "DEAD"
+                          and not n.is_head)
+            if dead:
+                record["dead_ids"] = dead
             self.deaths.observe(obs.nodes)
             if obs.reported is not None:
                 record["reported_ids"] = sorted(n.node_id[:12] for n in alive
@@ -197,7 +206,8 @@ class Monitor:
         if asker.busy:  # still stuck on an earlier question: down, on time
             self.unanswered += 1
             return self.record(Observation(False, error="no answer: an earlier question is "
-                                                        "still unanswered", late=True), t)
+                                                        "still unanswered", late=True), t,
+                               blind=True)
         answer = asker.ask(self.deadline_s)
         try:
             obs = answer.get(timeout=self.deadline_s + 0.02)

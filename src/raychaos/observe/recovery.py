@@ -29,9 +29,17 @@ run without a kill, from the first ``fault_start``:
   Without the list of workers before the kill, ``workers_before_unknown`` is set and the
   figure is None: not observed, never a vacuous pass. For a run without a kill, it is the
   first sample with as many nodes alive as before the fault;
+- ``workers_gone`` / ``nodes_settled_s``: the workers of before the kill that can never come
+  back (DEAD in the table, or missing from the table of another GCS incarnation: see
+  ``_gone``), and the first sample in which every worker is gone or back, at least one gone —
+  from then on the verdict is a fail whatever happens next;
 - ``gpus_back_s``: until the GPU total is back at its pre-fault level (0 when it never dropped);
-- ``outage_max_gap_s`` / ``outage_samples_per_s``: how densely the monitor sampled the outage
-  (first down sample to first answer) — the resolution of the figures above.
+- ``outage_max_gap_s`` / ``outage_samples_per_s``: how densely the monitor *saw* the outage
+  (first down sample to first answer) — the resolution of the figures above. A *blind* sample
+  (``gcs_blind``: the asker was still stuck on an earlier question, so nothing was asked) saw
+  nothing and does not count: on a loaded box one question stayed unanswered for 0.9 s past
+  its deadline while the GCS came back, and an independent observer saw it answer 1.1 s before
+  the monitor, whose samples, counting the blind ones, were at most 0.47 s apart.
 
 ``None`` means "did not happen within the timeline". The resolution of every figure is the
 monitor's sampling interval (the monitor writes a sample every interval, answered or not).
@@ -184,6 +192,7 @@ def recovery_figures(records: list[dict[str, Any]], stable_s: float = STABLE_S
     out: dict[str, Any] = {"gcs_down_s": None, "gcs_first_answer_s": None,
                            "gcs_recovery_s": None, "gcs_flaps": 0,
                            "gcs_flaps_after_recovery": 0, "nodes_recovery_s": None,
+                           "workers_gone": {}, "nodes_settled_s": None,
                            "gpus_back_s": None, "reregistration": None, "nodes_alive_s": None,
                            "reregistered_s": {}, "workers_before_unknown": False,
                            "outage_max_gap_s": None, "outage_samples_per_s": None}
@@ -205,7 +214,8 @@ def recovery_figures(records: list[dict[str, Any]], stable_s: float = STABLE_S
         out["gcs_recovery_s"] = None if recovered_at is None else round(recovered_at - t0, 3)
         if first is not None:
             out["gcs_flaps"] = _flaps([s for s in rest if s["t"] >= first])
-        gaps = sample_gaps(rest, rest[0]["t"], first if first is not None else rest[-1]["t"])
+        seen = [s for s in rest if not s.get("gcs_blind")]
+        gaps = sample_gaps(seen, rest[0]["t"], first if first is not None else rest[-1]["t"])
         out["outage_max_gap_s"], out["outage_samples_per_s"] = (gaps["max_gap_s"],
                                                                gaps["samples_per_s"])
         if recovered_at is not None:
@@ -224,6 +234,8 @@ def recovery_figures(records: list[dict[str, Any]], stable_s: float = STABLE_S
             back = next((s["t"] for s in after if s["t"] >= recovered_at
                          and _rejoined(s, workers_before or set(), out["_incarnation"])), None)
             out["nodes_recovery_s"] = None if back is None else round(back - t0, 3)
+            out.update(_gone(after, recovered_at, t0, workers_before or set(),
+                             out["_incarnation"]))
         else:
             level = _back_to(samples, t0, "nodes_alive")
             back = None if level is None else max(level, recovered_at)
@@ -283,6 +295,39 @@ def _new_incarnation(sample: dict[str, Any], incarnation: Any) -> bool:
     target does not number incarnations)."""
     now = sample.get("gcs_incarnation")
     return incarnation is None or now is None or now != incarnation
+
+
+def _gone(after: list[dict[str, Any]], recovered_at: float, t0: float, workers: set[str],
+          incarnation: Any) -> dict[str, Any]:
+    """Which workers of before the kill can never come back, and when that settled the outcome.
+
+    Ray registers a node ID once, when its raylet starts (a raylet restarted on the same machine
+    is a new node), and never turns a DEAD node ALIVE again. So, once the GCS has recovered, a
+    worker is gone for good when the GCS's table lists it DEAD, or when the GCS that came back
+    is another incarnation (numbered by the target) whose table does not list it at all: a GCS
+    without fault tolerance starts empty, and the old raylets exit instead of registering again
+    — their containers restart as new nodes. ``nodes_settled_s``: the first sample in which
+    every such worker is either gone or back (ALIVE and re-registered), at least one gone — the
+    verdict cannot change after it, so a probe need not wait for its timeout."""
+    gone: dict[str, dict[str, Any]] = {}
+    settled = None
+    for s in after:
+        if s["t"] < recovered_at or not s.get("gcs_up") or "alive_ids" not in s:
+            continue
+        alive, dead = set(s.get("alive_ids") or []), set(s.get("dead_ids") or [])
+        another = (incarnation is not None and s.get("gcs_incarnation") is not None
+                   and s["gcs_incarnation"] != incarnation)
+        for wid in sorted(workers - set(gone)):
+            if wid in dead:
+                gone[wid] = {"s": round(s["t"] - t0, 3), "how": "DEAD in the GCS's table"}
+            elif another and wid not in alive:
+                gone[wid] = {"s": round(s["t"] - t0, 3),
+                             "how": "not in the table of the GCS that came back"}
+        if gone and settled is None and all(
+                wid in gone or _rejoined(s, {wid}, incarnation) for wid in workers):
+            settled = s["t"]
+    return {"workers_gone": gone,
+            "nodes_settled_s": None if settled is None else round(settled - t0, 3)}
 
 
 def _alive(sample: dict[str, Any], workers: set[str]) -> bool:

@@ -81,10 +81,11 @@ class DeathWatch:
         except Exception as exc:  # noqa: BLE001 - unknown is an answer; the sampler goes on
             alive = {}
             self.timeline.event(Ev.MONITOR_ERROR, "raylet-alive", error=repr(exc))
-        gone = [n.name for n in newly if alive.get(n.node_id) is False and not n.is_head]
+        # exited already, or no answer (an exec that timed out): the log can still say
+        gone = [n.name for n in newly if alive.get(n.node_id) is not True and not n.is_head]
         told: dict[str, bool | None] = {}
         before: dict[str, int] = {}
-        if gone:  # exited already: did it say the GCS had marked it dead?
+        if gone:  # did it say the GCS had marked it dead?
             if self._baseline is not None:
                 self._baseline.join(timeout=10)
             now, before = self._marked_dead(gone), self.logged or {}

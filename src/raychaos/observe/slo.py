@@ -57,9 +57,9 @@ from raychaos.observe.loadstats import (
     baseline_pace,
     load_end,
     load_names,
+    second_latencies,
     series,
     time_back,
-    window_latencies,
 )
 from raychaos.observe.relative import compare_percentiles, judge
 from raychaos.observe.resources import RESOURCE_METRICS, resource_metric
@@ -236,10 +236,10 @@ def _relative(slo: SloSpec, records: list[dict[str, Any]], wins: Wins, need: int
         else (None, None)
     if drained is not None:
         judged["recovery"] = (max(drained, wins["recovery"][0]), wins["recovery"][1])
-    base = window_latencies(records, wins, "baseline", slo.load)
-    mine = window_latencies(records, judged, slo.window, slo.load)
-    n_base = int(base[1].sum()) if base is not None else 0
-    n_mine = int(mine[1].sum()) if mine is not None else 0
+    base = second_latencies(records, wins, "baseline", slo.load)
+    mine = second_latencies(records, judged, slo.window, slo.load)
+    n_base = sum(int(c.sum()) for _, c in base or [])
+    n_mine = sum(int(c.sum()) for _, c in mine or [])
     evidence: dict[str, Any] = {"relative_to": "baseline", "samples": n_mine,
                                 "baseline_samples": n_base, "min_samples": need}
     if drained is not None:

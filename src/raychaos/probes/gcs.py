@@ -11,6 +11,13 @@ table, which lists the old workers ALIVE at once), and where the list of workers
 the kill is missing, the probe could not observe re-registration: ``nodes_recovery_s`` is None,
 its verdict ``unknown`` (the run errors), never a vacuous pass — unless workers are visibly
 lost (not ALIVE): that is a ``fail`` whatever else could not be seen.
+
+The probe waits up to ``timeout_s`` for both figures, and no longer than it takes the outcome
+to settle: once every worker of before the kill is back or gone for good (DEAD, or unknown to
+the GCS incarnation that came back — a GCS without fault tolerance; see
+:func:`raychaos.observe.recovery.recovery_figures`), with one gone, it is a fail at once
+(``workers_gone`` says which and why). A control run without GCS FT thus ends when the GCS is
+back, not a timeout later.
 """
 
 from __future__ import annotations
@@ -65,10 +72,12 @@ def gcs_recovery(timeout_s: Annotated[float, Range(0, 3600)] = 180.0,
         records = read_timeline(run.timeline.path)
         figures = recovery_figures(records, stable_s)
         done = figures["gcs_recovery_s"] is not None and figures["nodes_recovery_s"] is not None
+        # every worker back or gone for good, some gone: a fail that waiting cannot change
+        settled = figures["nodes_settled_s"] is not None
         blind = figures["gcs_recovery_s"] is not None and (
             figures["workers_before_unknown"] or figures["reregistration"] == "unknown"
             and figures["nodes_alive_s"] is not None)  # all that can be seen, seen
-        if done or blind or time.monotonic() > deadline:
+        if done or settled or blind or time.monotonic() > deadline:
             break
         run.timeline.wait(0.5)  # the monitor's next sample
     # the workers of the last answer since the kill (the very last sample may be a late one
@@ -89,6 +98,7 @@ def gcs_recovery(timeout_s: Annotated[float, Range(0, 3600)] = 180.0,
         "workers_before": None if known_before is None else sorted(workers_before),
         "workers_after": sorted(workers_after),
         "workers_lost": sorted(workers_before - workers_after),
+        "workers_gone": figures["workers_gone"], "nodes_settled_s": figures["nodes_settled_s"],
         "workers_not_reregistered": (sorted(workers_before - set(figures["reregistered_s"]))
                                      if figures["reregistration"] == "measured" else None),
         "old_head": kill.get("old"),

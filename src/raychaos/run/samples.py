@@ -6,8 +6,11 @@ A load check with fewer samples in a window than its ``min_samples`` is ``inconc
 until every load a check judges in it, or compares with it, has its minimum there (beyond
 ``settle_s``, at most :data:`EXTRA_HOLD_S` more), and the recovery window, which ends as soon
 as the loads are back at baseline, also waits for the minimum of the checks that read it
-(within ``monitor.recovery_window_s``, its bound). What the run could not gather within those bounds
-stays visible: the check is inconclusive and says how many samples it had.
+(within ``monitor.recovery_window_s``, its bound). A relative check (``relative_to:
+baseline``) also needs :data:`~raychaos.observe.relative.MIN_SECONDS` seconds with samples in
+each window it reads, whatever the samples: its interval is drawn over seconds, and a 3-second
+baseline (a ``settle_s`` of 3) could never show a fail. What the run could not gather within
+those bounds stays visible: the check is inconclusive and says how many samples it had.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ from typing import Any
 from raychaos.config.metrics import BASELINE_PACE_METRICS, METRICS
 from raychaos.config.settings import SloProfile, SloSpec
 from raychaos.observe.backlog import backlog_drained
-from raychaos.observe.loadstats import aggregate, load_names
+from raychaos.observe.loadstats import aggregate, load_names, second_latencies
+from raychaos.observe.relative import MIN_SECONDS
 from raychaos.observe.windows import windows
 
-__all__ = ["EXTRA_HOLD_S", "needs", "short"]
+__all__ = ["EXTRA_HOLD_S", "needs", "seconds_needed", "short"]
 
 #: how much longer than ``settle_s`` a baseline is held for its samples
 EXTRA_HOLD_S = 30.0
@@ -56,11 +60,19 @@ def needs(profile: SloProfile | None, window: str) -> dict[str | None, tuple[int
     return out
 
 
+def seconds_needed(profile: SloProfile | None, window: str) -> dict[str | None, int]:
+    """``{load: seconds}`` with samples the profile's relative checks need in ``window``."""
+    return {slo.load: MIN_SECONDS for slo in (profile.slos if profile else [])
+            if slo.relative_to and _reads(slo, window)}
+
+
 def short(records: list[dict[str, Any]], profile: SloProfile | None, window: str
           ) -> dict[str, str]:
     """``{load: "n/need"}`` for each load whose ``window`` so far holds fewer samples than its
-    checks need (empty: enough, or nothing to wait for)."""
+    checks need, ``"n/need s"`` for one with fewer seconds with samples than its relative checks
+    need (empty: enough, or nothing to wait for)."""
     wanted = needs(profile, window)
+    wanted_s = seconds_needed(profile, window)
     if not wanted:
         return {}
     wins = windows(records)
@@ -81,8 +93,14 @@ def short(records: list[dict[str, Any]], profile: SloProfile | None, window: str
             span["recovery"] = (max(drained, wins["recovery"][0]), wins["recovery"][1])
         stats, _ = aggregate(records, span, window, load)
         n = int(stats["count"]) + (int(stats["failures"]) if failures_count else 0)
+        need_s = wanted_s.get(load, 0)
+        per_second = second_latencies(records, span, window, load) if need_s else None
+        seconds = need_s if per_second is None else len(per_second)  # None: nothing to wait for
         if n < need + MARGIN:
             out[load or "all loads"] = f"{n}/{need}"
+        if seconds < need_s:
+            said = out.get(load or "all loads")
+            out[load or "all loads"] = (f"{said}, " if said else "") + f"{seconds}/{need_s} s"
     return out
 
 

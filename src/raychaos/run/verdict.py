@@ -150,8 +150,11 @@ def _probe_reason(name: str, verdict: str, ev: dict[str, Any]) -> str:
         bad = [k for k in ("found", "reachable", "same_pid", "state_preserved") if not ev.get(k)]
         return f"the sentinel actor was not preserved ({', '.join(bad)} false)"
     if name == "gcs_recovery" and ev.get("workers_lost"):
+        gone = sorted({str(g.get("how")) for g in (ev.get("workers_gone") or {}).values()})
         return (f"workers lost: {', '.join(map(str, ev['workers_lost']))} (alive before the "
-                f"kill, not ALIVE at the end; gcs_recovery_s {ev.get('gcs_recovery_s')})")
+                f"kill, not ALIVE at the end"
+                + (f"; gone for good: {', '.join(gone)}" if gone else "")
+                + f"; gcs_recovery_s {ev.get('gcs_recovery_s')})")
     if name == "gcs_recovery":
         return (f"not recovered within the probe's timeout: gcs_recovery_s "
                 f"{ev.get('gcs_recovery_s')}, nodes_recovery_s {ev.get('nodes_recovery_s')}, "

@@ -63,6 +63,8 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import grpc  # noqa: E402 - after the fork-support setting above, which grpc reads at import
 
+from raychaos.targets.gcs_incarnation import Incarnations  # noqa: E402
+
 __all__ = ["GcsProbe", "GcsAnswer", "GcsNode", "NodeReport", "channel_options"]
 
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024  # Ray's max_grpc_message_size
@@ -220,19 +222,8 @@ class GcsProbe:
         tok = _auth_token(token)
         self._metadata = (("authorization", f"Bearer {tok}"),) if tok else ()
         self._lock = threading.Lock()
-        self.cluster_id: str | None = None
-        self.incarnation = 0
-        self.incarnation_at: float | None = None  # first answer of the current incarnation
+        self.gcs = Incarnations()  # which GCS process answered (gcs_incarnation.py)
         self.last: GcsAnswer | None = None
-        self._last_up_at: float | None = None
-        self._gone_since_up = False  # an UNAVAILABLE since the last answer: the process went
-        # every head node the probe has seen; a new incarnation counted since a head first
-        # showed: a head node ID never seen before is a new GCS only after a failed sample
-        # and with no such count since the last new head (see _record)
-        self._heads_seen: set[str] = set()
-        self._new_since_new_head = False
-        self._last_failed_at: float | None = None
-        self._floor: float | None = None
         self._want_cid = True  # ask GetClusterId: first answer, and after every failure
         self._tracks: dict[str, _Track] = {}
         self.samples = 0
@@ -285,13 +276,23 @@ class GcsProbe:
         with self._lock:
             return self._record(at, latency, results, error, code)
 
+    @property
+    def incarnation(self) -> int:
+        return self.gcs.number
+
+    @property
+    def incarnation_at(self) -> float | None:  # first answer of the current incarnation
+        return self.gcs.since
+
+    @property
+    def cluster_id(self) -> str | None:
+        return self.gcs.cluster_id
+
     def _record(self, at: float, latency: float, results: dict[str, Any], error: str | None,
                 code: grpc.StatusCode | None) -> GcsAnswer:
         self.samples += 1
         if "nodes" not in results:
-            if code == grpc.StatusCode.UNAVAILABLE:
-                self._gone_since_up = True
-            self._last_failed_at = at
+            self.gcs.failed(at, refused=code == grpc.StatusCode.UNAVAILABLE)
             self._want_cid = True
             answer = GcsAnswer(up=False, at=at, latency_s=latency, cluster_id=self.cluster_id,
                                error=error, incarnation=self.incarnation)
@@ -302,45 +303,12 @@ class GcsProbe:
         if "cid" in results:
             new_id = results["cid"].cluster_id.hex() or None
             self._want_cid = new_id is None
-        # A new GCS process shows as a refusal (UNAVAILABLE) since the last answer, a new
-        # cluster ID, or — when the outage only ever looked like missed deadlines (a head pod
-        # deleted behind a port-forward: the stream hangs until gRPC's keepalive gives up, and
-        # GCS FT keeps the cluster ID) — an ALIVE head node never seen before, after a failed
-        # sample: the replacement head's raylet registered with the new GCS. Not when a new
-        # incarnation was already counted since the last new head: a head restarted in place
-        # is refused (counted), answers, may miss deadlines while it restores, and its raylet
-        # registers a few seconds later — with that same GCS.
-        heads = {n.node_id for n in nodes if n.is_head and n.state == "ALIVE"}
-        appeared = bool(self._heads_seen) and bool(heads - self._heads_seen)
-        failed_since_new = self._last_failed_at is not None and (
-            self.incarnation_at is None or self._last_failed_at > self.incarnation_at)
-        new_head = appeared and failed_since_new and not self._new_since_new_head
-        self._heads_seen |= heads
-        # a new cluster ID is a new GCS unless this outage's new GCS was already counted: on
-        # a busy box the first answer after a refusal (counted) may come without the ID, and
-        # the next one brings it (the same new GCS, not a second restart)
-        restarted = self._last_up_at is None or self._gone_since_up or new_head \
-            or (new_id is not None and self.cluster_id is not None and new_id != self.cluster_id
-                and failed_since_new)
-        if appeared or self._last_up_at is None:
-            self._new_since_new_head = False
-        elif restarted:
-            self._new_since_new_head = True
-        if restarted:
-            self.incarnation += 1
-            self.incarnation_at = at
-            # a report the new GCS holds was sent after the old one went away: after the last
-            # failed sample (None: the probe's first answer, nothing known before it)
-            self._floor = self._last_failed_at if self._last_up_at is not None else None
+        if self.gcs.answered(at, nodes, new_id):
             for track in self._tracks.values():
                 track.reported = False
                 track.seen_at = None
-                track.last_unreported_at = self._floor
+                track.last_unreported_at = self.gcs.floor
                 track.incarnation = self.incarnation
-        if new_id is not None:
-            self.cluster_id = new_id
-        self._gone_since_up = False
-        self._last_up_at = at
         reported = views = None
         if "usage" in results:
             reported, views = self._update_reports(at, nodes, results["usage"])
@@ -367,7 +335,7 @@ class GcsProbe:
                 # first sight (a node that joined, or the probe's first answer): whatever
                 # report this GCS holds came after the incarnation's floor
                 track = self._tracks[node.node_id] = _Track(
-                    incarnation=self.incarnation, last_unreported_at=self._floor)
+                    incarnation=self.incarnation, last_unreported_at=self.gcs.floor)
             has = node.state == "ALIVE" and filled.get(node.node_id, False)
             if has and not track.reported:
                 track.reported = True
