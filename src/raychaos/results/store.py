@@ -84,7 +84,8 @@ class Ev:
       ``node_id``, ``raylet_alive`` — True when its raylet process was still running, i.e. a
       false death; None when the target cannot tell);
     - ``recovery_window``: the recovery window ended (``name``: ``back at baseline`` or
-      ``bound``; ``detail``: waited_s, bound_s, per-load seconds back).
+      ``bound``; ``detail``: waited_s, bound_s, checks, late_checks — checks begun past the
+      bound, at most one —, per-load seconds back).
     """
 
     PHASE = "phase"
