@@ -10,7 +10,9 @@ is broken (the matrix is in probes/README.md):
 - task retries off under a node loss fails the task-failure SLO, and a shuffle output lost
   (freed from the object store) fails the data SLO — one run, two broken properties, each
   caught by its own SLO;
-- a head that is never restarted fails the run (exit 1, "did not recover"), not an error.
+- a head that is never restarted fails the run (exit 1, "did not recover"), not an error;
+- a drained GPU node the "autoscaler" does not replace within the wait fails
+  ``capacity_restored`` (exit 1), not an error: the drain itself landed.
 """
 
 from __future__ import annotations
@@ -127,6 +129,32 @@ def test_retries_off_under_a_node_loss_and_a_lost_shuffle_output_fail_their_slos
     assert storm["failures"] > 0
     data = next(s for s in summary["slos"] if s["name"] == "no-data-lost-or-corrupted")
     assert data["value"] >= 1
+
+
+def test_a_drained_node_not_replaced_in_time_fails_capacity_restored(cluster, tmp_path,
+                                                                    monkeypatch):
+    """The supervisor (the autoscaler's part) starts the replacement an hour after the stop;
+    the drain waits 8 s for it. CI saw the same from a starved box: a fault error then."""
+    from raychaos.targets.local import drain
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(drain, "REPLACE_TIMEOUT_S", 8.0)
+    target, _ = cluster
+
+    def late(data):
+        method_args(data, "drain_gpu_nodes").update(replace_delay_s=3600)
+
+    code, summary = _run("gpu-node-drain", cluster, tmp_path, change=late)
+    probes = {p["name"]: p for p in summary["probes"]}
+    assert code == 1 and summary["errors"] == [], json.dumps(summary["checks"], indent=1)
+    capacity = probes["capacity_restored"]
+    assert capacity["verdict"] == "fail" and capacity["evidence"]["not_replaced"] == ["f1"]
+    [row] = capacity["evidence"]["drains"]
+    assert row["nodes"] == ["worker-1"] and "capacity not back within 8 s" in row["why_not"], row
+    [fault] = summary["faults"]
+    assert fault["state"] == "undone" and fault["evidence"]["states"]["worker-1"][-1] == "DEAD"
+    alive = [n for n in target.nodes() if n.state == "ALIVE"]
+    assert len(alive) == 3 and sum(n.gpus for n in alive) == 1, "the rollback brought it back"
 
 
 def test_a_head_that_is_never_restarted_fails_the_run_and_does_not_error(cluster, tmp_path,

@@ -284,11 +284,65 @@ def test_gcs_recovery_fails_when_the_workers_are_lost(fake_run):
     assert evidence["workers_lost"] and run.probes[-1]["verdict"] == "fail"
 
 
+def _drained(tmp_path: Path, *evidence: dict[str, Any], replace: bool = True
+             ) -> tuple[Run, dict[str, Any]]:
+    """Judge ``capacity_restored`` after drains that left ``evidence`` in the ledger."""
+    from raychaos.errors import ProbeFailed
+    from raychaos.probes.nodes import capacity_restored
+
+    tmp_path.mkdir()
+    clock = Clock()
+    run = Run(run_id="r1", run_dir=tmp_path, settings=RaychaosSettings(), target=FakeTarget(),
+              clock=clock, timeline=Timeline(tmp_path / "timeline.jsonl", clock),
+              ledger=Ledger(tmp_path / "ledger.json", "r1", {}))
+    for ev in evidence:
+        record = run.ledger.begin("drain_gpu_nodes", {"count": 1, "replace": replace})
+        run.ledger.update(record, state="applied", evidence=ev)
+    activate(run)
+    try:
+        return run, capacity_restored()
+    except ProbeFailed as exc:
+        return run, {"raised": str(exc)}
+    finally:
+        deactivate()
+        run.timeline.close()
+
+
+LOCAL_BACK = {"nodes": ["worker-1"], "replaced": True, "stop_to_replacement_s": 8.1}
+KUBE_BACK = {"nodes": ["gpu-node"], "evicted": ["demo-gpu-x"], "replacements_ready": True,
+             "drain_to_replacement_ready_s": 31.0}
+
+
+def test_capacity_restored_fails_when_a_drained_node_is_not_replaced(tmp_path):
+    """Seen in CI: a retries-off storm starved the box and the replacement's ``ray start``
+    gave up; the drain had landed (its node DEAD), the capacity never came back in 120 s."""
+    late = {"nodes": ["worker-1"], "replaced": False,
+            "replacement_note": "['worker-1']: capacity not back within 120 s (...)"}
+    run, ev = _drained(tmp_path / "local", LOCAL_BACK, late)
+    assert run.probes[-1]["verdict"] == "fail" and ev["not_replaced"] == ["f2"], ev
+    assert ev["drains"][1]["why_not"].startswith("['worker-1']: capacity not back"), ev
+    kube_late = {"nodes": ["gpu-node"], "replacements_ready": False,
+                 "replacements_note": "demo-gpu-y not Ready after 240 s (Unschedulable)"}
+    run, ev = _drained(tmp_path / "kube", kube_late)
+    assert run.probes[-1]["verdict"] == "fail" and "Unschedulable" in ev["drains"][0]["why_not"]
+
+
+def test_capacity_restored_passes_on_either_target_and_needs_a_drain(tmp_path):
+    run, ev = _drained(tmp_path / "both", LOCAL_BACK, KUBE_BACK)
+    assert run.probes[-1]["verdict"] == "pass", ev
+    assert [d["seconds"] for d in ev["drains"]] == [8.1, 31.0]
+    run, ev = _drained(tmp_path / "none")
+    assert "no drain with replace: true" in ev["raised"] and run.probes == []
+    run, ev = _drained(tmp_path / "kept", {"nodes": ["worker-1"]}, replace=False)
+    assert "raised" in ev, "a drain without replace has nothing to come back"
+
+
 def test_the_readme_lists_every_metric_and_probe():
     text = README.read_text()
     table = text[text.index("## Negative controls"):]
     named = set(re.findall(r"^\| `([a-z_0-9]+)`", table, flags=re.M))
-    assert set(METRICS) | {"gcs_recovery", "job_survival", "sentinel_preserved"} <= named
+    assert set(METRICS) | {"gcs_recovery", "job_survival", "sentinel_preserved",
+                           "capacity_restored"} <= named
 
 
 def test_a_busy_gcs_that_answers_late_is_not_a_flap_but_one_silent_for_5_s_is_down():

@@ -1,4 +1,6 @@
-"""False node deaths: nodes the GCS marked DEAD while their raylet process was alive.
+"""Node probes: false node deaths, and whether a drained node's capacity came back.
+
+False node deaths: nodes the GCS marked DEAD while their raylet process was alive.
 
 Users hit this in shuffles (ray#25231, ray#16945, ray#54035): a saturated or partitioned link
 makes the GCS's health checks time out, the GCS declares the node dead, and a node whose raylet
@@ -13,6 +15,11 @@ the moment of the death) against the watch's first read (the ``signals`` record
 ``marked_dead_baseline``). The SLO ``false_node_deaths == 0`` makes a blackout or a saturated
 shuffle fail the run when the GCS's health-check settings (``target.local.health_check_*``) are
 too eager.
+
+Capacity restored (:func:`capacity_restored`): a drain with ``replace`` waits for the
+replacement (the local supervisor's node, KubeRay's pod) as evidence; a replacement that never
+became ALIVE (Ready, on Kubernetes) within the target's wait is the cluster's failure, judged
+here, not the fault's: the drain landed when its node was DEAD.
 """
 
 from __future__ import annotations
@@ -22,9 +29,10 @@ from typing import Annotated, Any
 from raychaos.config.arguments import Range
 from raychaos.config.rayflags import MARKED_DEAD_LINE
 from raychaos.context import current
+from raychaos.errors import ProbeFailed
 from raychaos.results.store import Ev, read_timeline
 
-__all__ = ["MARKED_DEAD_LINE", "false_node_deaths"]
+__all__ = ["MARKED_DEAD_LINE", "capacity_restored", "false_node_deaths"]
 
 
 def false_node_deaths(settle_s: Annotated[float, Range(0, 600)] = 2.0) -> dict[str, Any]:
@@ -77,3 +85,38 @@ def false_node_deaths(settle_s: Annotated[float, Range(0, 600)] = 2.0) -> dict[s
     run.record_probe("false_node_deaths", verdict, evidence)
     return evidence
 
+
+#: each target's evidence of a drain's replacement: (came back, seconds, why not)
+_REPLACEMENT_KEYS = {"local": ("replaced", "stop_to_replacement_s", "replacement_note"),
+                     "kubernetes": ("replacements_ready", "drain_to_replacement_ready_s",
+                                    "replacements_note")}
+
+
+def capacity_restored() -> dict[str, Any]:
+    """Judge whether every drained node of this run (``drain_gpu_nodes`` with ``replace``) got
+    its replacement back within the target's wait: the GPU capacity a preemption takes must
+    come back.
+
+    :returns: evidence: per drain, the nodes, whether the replacement came, in how many seconds,
+        and, when it did not, what was seen instead.
+    """
+    run = current()
+    drains = [f for f in run.ledger.faults if f.get("fault") == "drain_gpu_nodes"
+              and (f.get("args") or {}).get("replace", True) and f.get("evidence")]
+    if not drains:
+        raise ProbeFailed("capacity_restored: no drain with replace: true landed in this run "
+                          "before the probe (put it after a drain_gpu_nodes action)")
+    rows = []
+    for f in drains:
+        ev = f["evidence"]
+        came, seconds, why = next(
+            (keys for keys in _REPLACEMENT_KEYS.values() if keys[0] in ev),
+            _REPLACEMENT_KEYS["local"])
+        rows.append({"fault": f["id"], "nodes": ev.get("nodes") or ev.get("evicted"),
+                     "replaced": ev.get(came) is True, "seconds": ev.get(seconds),
+                     **({"why_not": ev.get(why)} if ev.get(came) is not True else {})})
+    evidence: dict[str, Any] = {"drains": rows,
+                                "not_replaced": [r["fault"] for r in rows if not r["replaced"]]}
+    run.record_probe("capacity_restored", "fail" if evidence["not_replaced"] else "pass",
+                     evidence)
+    return evidence
