@@ -113,15 +113,17 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def _run_sensors(sensors: list[HostNoise], seconds: float, at_least: int) -> None:
-    """Start the sensors; stop them after ``seconds`` and once each wrote ``at_least`` records
-    (at nice 19 beside a real cluster, make test's unit lane, a thread can wait seconds for a
-    CPU)."""
+def _run_sensors(sensors: list[HostNoise], seconds: float, at_least: int,
+                 until: Any = None) -> None:
+    """Start the sensors; stop them after ``seconds``, once each wrote ``at_least`` records (at
+    nice 19 beside a real cluster, make test's unit lane, a thread can wait seconds for a CPU)
+    and ``until()`` holds."""
     for s in sensors:
         s.start()
     time.sleep(seconds)
     deadline = time.monotonic() + 120
-    while min(s.records for s in sensors) < at_least and time.monotonic() < deadline:
+    while (min(s.records for s in sensors) < at_least or until and not until()) \
+            and time.monotonic() < deadline:
         time.sleep(0.1)
     for s in sensors:
         s.stop()
@@ -182,40 +184,57 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def _measure_both(tmp_path: Path, seconds: float, sut: Any
+def _measure_both(tmp_path: Path, seconds: float, sut: Any, until: Any = None
                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Two sensors over the same seconds: one that knows no SUT, one told ``sut`` is it."""
     lines = [Timeline(tmp_path / f"{n}.jsonl", Clock()) for n in ("blind", "told")]
     sensors = [HostNoise(lines[0], None, interval_s=0.5), HostNoise(lines[1], sut, interval_s=0.5)]
-    _run_sensors(sensors, seconds, at_least=4)
+    _run_sensors(sensors, seconds, at_least=4, until=until)
     for line in lines:
         line.close()
     return tuple([r for r in read_timeline(tmp_path / f"{n}.jsonl") if r["kind"] == "host"]
                  for n in ("blind", "told"))  # type: ignore[return-value]
 
 
+def _cpu_s(records: list[dict[str, Any]], key: str) -> float:
+    """CPU-seconds of ``key`` (a rate over each record's interval) over the records."""
+    total, last = 0.0, 0.0
+    for r in records:
+        if isinstance(r.get(key), (int, float)):
+            total += float(r[key]) * (float(r["t"]) - last)
+        last = float(r["t"])
+    return total
+
+
 def test_busy_strangers_are_foreign_unless_they_are_the_sut(tmp_path):
+    """The same spinners over the same seconds, by two sensors: whatever else this shared box
+    runs (another lane's Ray cluster, the bed's Go build), what the spinners used is foreign to
+    the one that knows no SUT and is the SUT's to the one told — never a comparison of two
+    stretches, one of them assumed quiet. Judged in CPU-seconds against psutil's count of the
+    spinners' own (the independent observer), over as long as the spinners need to use 2 of
+    them: their share of the box is the box's business (a whole make test gave them 0.05 CPU a
+    sample once, and under 0.1 on average beside a cold Go build another time)."""
     pids = _strangers(2)
     try:
         time.sleep(0.2)
-        blind, told = _measure_both(tmp_path, 2.6, lambda: _cpu_seconds(pids))
+        used0 = _cpu_seconds(pids)
+        blind, told = _measure_both(tmp_path, 2.6, lambda: _cpu_seconds(pids),
+                                    until=lambda: _cpu_seconds(pids) - used0 >= 2.0)
+        used = _cpu_seconds(pids) - used0
     finally:
         _kill(pids)
-    loaded, as_sut = window_noise(blind, (0, 99)), window_noise(told, (0, 99))
-    sut = [r["sut_cpus"] for r in told if r["sut_cpus"] is not None]
-    # the same spinners over the same seconds, by two sensors: whatever else this shared box
-    # runs (another lane's Ray cluster), what the spinners used is "foreign" to the one that
-    # knows no SUT and is taken out of it by the one told they are the SUT — never a
-    # comparison of two stretches, one of them assumed quiet
+    loaded, as_sut = window_noise(blind, (0, 999)), window_noise(told, (0, 999))
     assert loaded["sut_known"] is False and as_sut["sut_known"] is True
-    # the spinners ran, and were counted: on average over the samples, not in each one (in a
-    # whole make test, 2026-12-06, the sensor at nice 19 beside a real cluster waited 19 s for
-    # its fourth sample, over which the spinners got 0.05 CPU of the box: 0.128, 0.809, 0.264,
-    # 0.052 a sample)
-    spent = sum(sut) / len(sut) if sut else 0.0
-    assert spent > 0.1, told
-    assert as_sut["foreign_cpus_mean"] <= loaded["foreign_cpus_mean"] - spent / 2, (
-        loaded, as_sut, spent)
+    assert used >= 2.0, f"the spinners used {used:.2f} CPU-s in 120 s"
+    counted = _cpu_s(told, "sut_cpus")
+    assert 0.5 * used <= counted <= 1.5 * used + 0.5, (counted, used, told)
+    # the sensor that knows no SUT calls them foreign; the one told takes them out of it
+    assert _cpu_s(blind, "foreign_cpus") >= 0.5 * used, (used, blind)
+    taken_out = sum((float(r["busy_cpus"]) - float(r["own_cpus"]) - float(r["foreign_cpus"]))
+                    * (float(r["t"]) - float(prev["t"]))
+                    for prev, r in zip(told, told[1:], strict=False)
+                    if None not in (r["busy_cpus"], r["own_cpus"], r["foreign_cpus"]))
+    assert taken_out >= 0.5 * used - 0.5, (taken_out, used, told)
 
 
 def _snap(t: float, busy: int, nice: int, total: int) -> tuple:
