@@ -34,11 +34,21 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import gevent  # noqa: E402
+import locust.runners as _runners  # noqa: E402
 from _stats import PREFIX, histogram, percentile  # noqa: E402
 from locust import events  # noqa: E402
 from locust.runners import MasterRunner, WorkerRunner  # noqa: E402
 
 MASTER_LAG_S = 5  # workers report every 3 s (locust WORKER_REPORT_INTERVAL); keep a margin
+
+# Heartbeats (one a second) a worker may miss before the master sets it missing; the master
+# stops the whole test when the last one goes. Locust's 3 is too few for a load generator run
+# niced beside the cluster it measures: a make test beside a cold Go build starved both workers
+# past 3 s, the master stopped the test, and the load vanished for the rest of the run — a
+# stall a verdict would read as the system's. A worker that comes back within this many
+# seconds keeps its users (Locust's own HEARTBEAT_LIVENESS, set before any runner exists).
+HEARTBEAT_LIVENESS = int(os.environ.get("RAYCHAOS_LOCUST_HEARTBEAT_LIVENESS", "30"))
+_runners.HEARTBEAT_LIVENESS = HEARTBEAT_LIVENESS
 LOAD_NAME = os.environ.get("RAYCHAOS_LOAD_NAME", "locust")
 
 # second -> endpoint -> {"lat": [ms, ...], "fail": n}

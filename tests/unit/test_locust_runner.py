@@ -125,3 +125,40 @@ def test_distributed_master_aggregates_worker_stats(loopback_http, tmp_path):
     assert sum(line["count"] for line in lines) > 0, load.log_path.read_text()
     assert all(_gone(pid) for pid in load.pids)
     assert _group_gone(load.pids[0])
+
+
+def _stall_workers(liveness: str | None, loopback_http: str, tmp_path: Path
+                   ) -> tuple[list[dict], str]:
+    """A distributed run whose workers are stopped (SIGSTOP) for 8 s once requests flow, as a
+    starved load generator is; the lines after they resume, and the master's log."""
+    import signal
+
+    env = {} if liveness is None else {"RAYCHAOS_LOCUST_HEARTBEAT_LIVENESS": liveness}
+    load = LocustProcess(TINY, loopback_http, users=2, spawn_rate=2, duration_s=PATIENCE_S + 60,
+                         workers=2, stats_path=tmp_path / f"stall{liveness}.stats", env=env)
+    with load:
+        _collect(load, want=1, until=lambda ls: sum(line["count"] for line in ls) > 0)
+        workers = load.pids[1:]
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(8)
+        for pid in workers:
+            os.kill(pid, signal.SIGCONT)
+        resumed = time.time()
+        # requests answered after the stall, or the master's word that the test stopped
+        after = _collect(load, want=1, until=lambda ls: sum(
+            line["count"] for line in ls if line["ts"] > resumed + 2) > 0
+            or "stopping test" in load.log_path.read_text())
+    return [line for line in after if line["ts"] > resumed + 2], load.log_path.read_text()
+
+
+def test_a_distributed_run_rides_out_workers_stalled_past_locusts_3_heartbeats(loopback_http,
+                                                                            tmp_path):
+    """Locust drops a worker after 3 missed heartbeats (1 s each) and stops the test when the
+    last goes: a make test beside a cold Go build lost a whole run that way. The plugin raises
+    it to 30; the control keeps Locust's 3 and loses the run."""
+    after, log = _stall_workers(None, loopback_http, tmp_path)
+    assert sum(line["count"] for line in after) > 0 and "went missing" not in log, log[-2000:]
+    after, log = _stall_workers("3", loopback_http, tmp_path)
+    assert "The last worker went missing, stopping test" in log, log[-2000:]
+    assert sum(line["count"] for line in after) == 0, after
