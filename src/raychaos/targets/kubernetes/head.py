@@ -192,18 +192,21 @@ def wait_head_back(api: ApiSession, ns: str, cluster: str, old: dict[str, Any],
     via = "list"
     found: dict[str, Any] | None = None
     unreachable: list[float] = []  # seconds into the wait at which the API server was not there
+    away: TargetUnavailable | None = None  # the API server's last absence, until it answers
     while found is None and time.monotonic() < deadline:
         try:
             listing = api.read(api.core.list_namespaced_pod, ns, label_selector=sel)
-        except TargetUnavailable:
+        except TargetUnavailable as exc:
             # an API server away for a moment while a head restarts (seen: 35 s on a busy
             # host) is not the head failing to come back; away until the deadline, it is
             # the harness that cannot see (raised as before)
             unreachable.append(round(time.monotonic() - start, 2))
+            away = exc
             if time.monotonic() + UNREACHABLE_RETRY_S >= deadline:
                 raise
             time.sleep(UNREACHABLE_RETRY_S)
             continue
+        away = None
         relists += 1
         found = next((p for p in _live_heads(listing["items"]) if _is_back(p, old)), None)
         if found:
@@ -229,8 +232,13 @@ def wait_head_back(api: ApiSession, ns: str, cluster: str, old: dict[str, Any],
         except KubeApiError as exc:
             if exc.status != 410:
                 raise  # 410: our resourceVersion is too old: list again
-        except TargetUnavailable:
+        except TargetUnavailable as exc:
             unreachable.append(round(time.monotonic() - start, 2))  # list again (above)
+            away = exc
+    if found is None and away is not None:
+        # the deadline passed while the API server was away (a retry's sleep that overran it
+        # on a busy box ended the loop instead of the check above): the harness cannot see
+        raise away
     detected_at = time.time()
     evidence: dict[str, Any] = {
         "back": found is not None, "recovered": found is not None, "old_pod": old.get("pod"),
