@@ -41,8 +41,8 @@ from raychaos.catalog import stats_format
 from raychaos.results.store import Ev
 
 __all__ = ["BACK_FRACTION", "BACK_SPAN_S", "STATS", "aggregate", "load_end", "load_names",
-           "load_report", "second_latencies", "series", "time_back", "window_latencies",
-           "window_rows", "window_stats"]
+           "load_report", "second_latencies", "seconds_with_samples", "series", "time_back",
+           "window_latencies", "window_rows", "window_stats"]
 
 STATS = ("seconds", "count", "failures", "samples", "throughput", "error_ratio", "p50_ms",
          "p95_ms", "p99_ms", "percentiles_from", "dip", "time_back_s")
@@ -154,14 +154,24 @@ def second_latencies(records: list[dict[str, Any]], wins: dict[str, Window], win
     None the seconds of all loads that end in the same clock second merged. None as
     :func:`window_latencies`."""
     rows = _hist_rows(records, wins, window, load)
-    if rows is None:
-        return None
-    by_second: dict[float, list[dict[str, Any]]] = {}
+    return None if rows is None else [_samples(h) for h in _hists_by_second(rows, load)]
+
+
+def seconds_with_samples(rows: list[dict[str, Any]], load: str | None) -> int | None:
+    """How many seconds of a window's ``rows`` (as :func:`aggregate` gives them) completed
+    something, counted as :func:`second_latencies` counts them; None as it."""
+    return len(_hists_by_second(rows, load)) if _has_hist(rows) else None
+
+
+def _hists_by_second(rows: list[dict[str, Any]], load: str | None) -> list[list[Any]]:
+    """The histograms of the seconds that completed something, grouped by second, in order
+    (with ``load`` None, the loads' lines that end in the same clock second together)."""
+    by_second: dict[float, list[Any]] = {}
     for r in rows:
         if int(r.get("count", 0)) > 0 and r.get("hist"):
             key = float(r["t"]) if load else float(math.floor(float(r["t"])))
             by_second.setdefault(key, []).append(r["hist"])
-    return [_samples(hists) for _, hists in sorted(by_second.items())]
+    return [hists for _, hists in sorted(by_second.items())]
 
 
 def _hist_rows(records: list[dict[str, Any]], wins: dict[str, Window], window: str,

@@ -20,7 +20,7 @@ from typing import Any
 from raychaos.config.metrics import BASELINE_PACE_METRICS, METRICS
 from raychaos.config.settings import SloProfile, SloSpec
 from raychaos.observe.backlog import backlog_drained
-from raychaos.observe.loadstats import aggregate, load_names, second_latencies
+from raychaos.observe.loadstats import aggregate, load_names, seconds_with_samples
 from raychaos.observe.relative import MIN_SECONDS
 from raychaos.observe.windows import windows
 
@@ -91,11 +91,11 @@ def short(records: list[dict[str, Any]], profile: SloProfile | None, window: str
                 out[load] = f"0/{need} (backlog still draining)"
                 continue
             span["recovery"] = (max(drained, wins["recovery"][0]), wins["recovery"][1])
-        stats, _ = aggregate(records, span, window, load)
+        stats, rows = aggregate(records, span, window, load)
         n = int(stats["count"]) + (int(stats["failures"]) if failures_count else 0)
         need_s = wanted_s.get(load, 0)
-        per_second = second_latencies(records, span, window, load) if need_s else None
-        seconds = need_s if per_second is None else len(per_second)  # None: nothing to wait for
+        counted = seconds_with_samples(rows, load) if need_s else None
+        seconds = need_s if counted is None else counted  # None: nothing to wait for
         if n < need + MARGIN:
             out[load or "all loads"] = f"{n}/{need}"
         if seconds < need_s:
